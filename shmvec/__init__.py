@@ -1,0 +1,45 @@
+"""shmvec: a shared-memory drop-in replacement for Stable-Baselines3's SubprocVecEnv.
+
+Public API: :class:`ShmVecEnv` and the exception types in :mod:`shmvec.errors`.
+
+``ShmVecEnv`` is imported lazily: worker processes import ``shmvec.worker`` (and so this package)
+first thing, and importing the VecEnv facade would pull in SB3 and torch in every worker.
+"""
+
+from typing import TYPE_CHECKING, Any
+
+from shmvec._version import __version__
+from shmvec.errors import (
+    ClosedError,
+    EnvError,
+    EnvTimeoutError,
+    ObservationError,
+    SharedMemoryTooSmallError,
+    ShmVecEnvError,
+    UnsupportedSpaceError,
+    WorkerCrashedError,
+)
+
+if TYPE_CHECKING:
+    from shmvec.vec_env import ShmVecEnv
+
+__all__ = [
+    "ClosedError",
+    "EnvError",
+    "EnvTimeoutError",
+    "ObservationError",
+    "SharedMemoryTooSmallError",
+    "ShmVecEnv",
+    "ShmVecEnvError",
+    "UnsupportedSpaceError",
+    "WorkerCrashedError",
+    "__version__",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "ShmVecEnv":
+        from shmvec.vec_env import ShmVecEnv
+
+        return ShmVecEnv
+    raise AttributeError(f"module 'shmvec' has no attribute {name!r}")

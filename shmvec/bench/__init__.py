@@ -1,0 +1,1 @@
+"""Measuring VecEnv backends side by side (see :func:`shmvec.bench.runner.compare`)."""

@@ -1,0 +1,48 @@
+"""Turning an env name into picklable factories, for the CLI and the benchmarks.
+
+A name is a gymnasium id (``ALE/Pong-v5``; ALE ids register ale-py first) or ``module:factory`` for a
+user's own env. Factories are ``functools.partial`` objects of module-level functions so they pickle
+under every start method.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium as gym
+
+
+def _make_registered(env_id: str, kwargs: dict[str, Any]) -> gym.Env:
+    if env_id.startswith("ALE/"):
+        import ale_py
+
+        gym.register_envs(ale_py)
+    return gym.make(env_id, **kwargs)
+
+
+def _make_from_factory(spec: str, kwargs: dict[str, Any]) -> gym.Env:
+    module_name, _, attr = spec.partition(":")
+    factory = getattr(importlib.import_module(module_name), attr)
+    return factory(**kwargs)
+
+
+def env_factory(name: str, **kwargs: Any) -> Callable[[], gym.Env]:
+    """A picklable zero-argument factory for ``name`` (gymnasium id or ``module:factory``)."""
+    if ":" in name and "/" not in name.split(":", 1)[0]:
+        return functools.partial(_make_from_factory, name, kwargs)
+    return functools.partial(_make_registered, name, kwargs)
+
+
+def check_env_name(name: str) -> None:
+    """Build and close one env so a bad name fails with a one-line message before workers start.
+
+    :raises ValueError: with the reason (unknown id, missing module, a factory that raises).
+    """
+    try:
+        env = env_factory(name)()
+    except Exception as exc:
+        raise ValueError(f"cannot create env {name!r}: {type(exc).__name__}: {exc}") from exc
+    env.close()

@@ -1,0 +1,123 @@
+"""Exception types that users of :class:`shmvec.ShmVecEnv` catch.
+
+Every error raised on behalf of a worker names the env index (or the envs a worker hosts), the
+command that was running, and the worker's process id, so a failure in a long run can be traced to
+the env that caused it without re-running.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+class ShmVecEnvError(RuntimeError):
+    """Base class of every error raised by shmvec on behalf of its workers."""
+
+
+class EnvError(ShmVecEnvError):
+    """An env raised an exception inside its worker.
+
+    The worker stays alive and the VecEnv remains usable for ``reset()``, ``get_attr`` and
+    ``close()``; after a failed ``step`` the envs of that worker may be mid-step, so reset before
+    stepping again. The original exception is chained as ``__cause__`` when it could be pickled.
+
+    :param env_index: index of the env that raised (``None`` if the error was not tied to one env).
+    :param command: the command that was running, e.g. ``"step"``, ``"reset"``, ``"env_method:foo"``.
+    :param worker_pid: process id of the worker.
+    :param exc_type: qualified name of the original exception type.
+    :param remote_traceback: the traceback text formatted in the worker.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        env_index: int | None,
+        command: str,
+        worker_pid: int | None,
+        exc_type: str,
+        remote_traceback: str,
+    ) -> None:
+        super().__init__(message)
+        self.env_index = env_index
+        self.command = command
+        self.worker_pid = worker_pid
+        self.exc_type = exc_type
+        self.remote_traceback = remote_traceback
+
+    def __str__(self) -> str:
+        return f"{self.args[0]}\n\nTraceback in the worker:\n{self.remote_traceback}"
+
+
+class WorkerCrashedError(ShmVecEnvError):
+    """A worker process died (killed by a signal, ``os._exit``, a segfault in the env...).
+
+    The VecEnv is closed when this is raised: its shared memory is released and the other workers
+    are stopped.
+
+    :param worker_index: index of the worker process.
+    :param env_indices: the envs that ran in that worker.
+    :param worker_pid: process id of the worker.
+    :param exitcode: ``Process.exitcode``: negative for "killed by signal -exitcode".
+    :param command: the command that was running when the death was noticed.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        worker_index: int,
+        env_indices: Sequence[int],
+        worker_pid: int | None,
+        exitcode: int | None,
+        command: str,
+    ) -> None:
+        super().__init__(message)
+        self.worker_index = worker_index
+        self.env_indices = list(env_indices)
+        self.worker_pid = worker_pid
+        self.exitcode = exitcode
+        self.command = command
+
+
+class EnvTimeoutError(ShmVecEnvError, TimeoutError):
+    """A worker did not answer within ``timeout`` seconds (a hung env).
+
+    The VecEnv is closed when this is raised: the hung worker is killed, shared memory released.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        worker_index: int,
+        env_indices: Sequence[int],
+        worker_pid: int | None,
+        command: str,
+        timeout: float,
+    ) -> None:
+        super().__init__(message)
+        self.worker_index = worker_index
+        self.env_indices = list(env_indices)
+        self.worker_pid = worker_pid
+        self.command = command
+        self.timeout = timeout
+
+
+class ObservationError(ValueError):
+    """An observation does not fit the declared observation space (shape, dtype or missing key).
+
+    Raised inside the worker; it reaches the user as the ``__cause__`` of an :class:`EnvError`.
+    """
+
+
+class UnsupportedSpaceError(TypeError):
+    """The observation space has a leaf that cannot live in a fixed-size shared-memory array."""
+
+
+class SharedMemoryTooSmallError(ShmVecEnvError, MemoryError):
+    """``/dev/shm`` has less free space than the ring buffer needs. Raised before any worker starts."""
+
+
+class ClosedError(ShmVecEnvError):
+    """The VecEnv was used after ``close()`` (or after a crash closed it)."""

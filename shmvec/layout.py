@@ -1,0 +1,160 @@
+"""From a gymnasium space to fixed-size array leaves, and back.
+
+An observation is a tree (Dict / Tuple) whose leaves are arrays (Box, Discrete, MultiDiscrete,
+MultiBinary). Shared memory holds one batched array per leaf. Three functions walk the tree, each
+dispatched on the space type so a new space type is one small function, not another ``if`` branch:
+
+- :func:`leaves` lists the leaves (path, shape, dtype) in a fixed order;
+- :func:`flatten` turns one observation into its leaf values in that order;
+- :func:`unflatten` builds an observation from leaf arrays in that order.
+
+Dict leaves follow ``space.spaces`` order, never the order of the env's dict, so the batched
+observation has the key order SB3 expects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import singledispatch
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+
+from shmvec.errors import ObservationError, UnsupportedSpaceError
+
+Path = tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class Leaf:
+    """One array leaf of an observation space.
+
+    :param path: keys (Dict) and indices (Tuple) from the root to this leaf; ``()`` for a plain space.
+    :param shape: shape of one env's value (without the batch dimension).
+    :param dtype: dtype of the shared-memory array (the space's dtype).
+    """
+
+    path: Path
+    shape: tuple[int, ...]
+    dtype: np.dtype
+
+    @property
+    def name(self) -> str:
+        """Readable key for error messages: ``"obs"`` for a plain space, else ``"image"``, ``"0.pos"``."""
+        return ".".join(str(p) for p in self.path) if self.path else "obs"
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of one env's value."""
+        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+
+
+@singledispatch
+def leaves(space: spaces.Space, path: Path = ()) -> list[Leaf]:
+    """List the array leaves of ``space`` in a fixed order (depth first, Dict in ``space.spaces`` order).
+
+    :raises UnsupportedSpaceError: for spaces without a fixed shape (Text, Sequence, Graph, ...).
+    """
+    where = f" at key {'.'.join(map(str, path))!r}" if path else ""
+    raise UnsupportedSpaceError(
+        f"shmvec cannot place a {type(space).__name__} observation space{where} in shared memory: "
+        "only Box, Discrete, MultiDiscrete, MultiBinary and Dict/Tuple of those have a fixed size. "
+        "Convert it to fixed-size arrays with an observation wrapper, or use SubprocVecEnv."
+    )
+
+
+@leaves.register(spaces.Box)
+@leaves.register(spaces.Discrete)
+@leaves.register(spaces.MultiDiscrete)
+@leaves.register(spaces.MultiBinary)
+def _array_leaf(space: spaces.Space, path: Path = ()) -> list[Leaf]:
+    assert space.shape is not None and space.dtype is not None
+    return [Leaf(path, tuple(space.shape), np.dtype(space.dtype))]
+
+
+@leaves.register(spaces.Dict)
+def _dict_leaves(space: spaces.Dict, path: Path = ()) -> list[Leaf]:
+    return [leaf for key, sub in space.spaces.items() for leaf in leaves(sub, (*path, key))]
+
+
+@leaves.register(spaces.Tuple)
+def _tuple_leaves(space: spaces.Tuple, path: Path = ()) -> list[Leaf]:
+    return [leaf for i, sub in enumerate(space.spaces) for leaf in leaves(sub, (*path, i))]
+
+
+@singledispatch
+def flatten(space: spaces.Space, obs: Any, out: list[Any], path: Path = ()) -> list[Any]:
+    """Append the leaf values of one observation to ``out`` in :func:`leaves` order; return ``out``.
+
+    Values are not converted or checked here: :func:`write_leaf` does that against the leaf.
+    """
+    out.append(obs)
+    return out
+
+
+@flatten.register(spaces.Dict)
+def _flatten_dict(space: spaces.Dict, obs: Any, out: list[Any], path: Path = ()) -> list[Any]:
+    for key, sub in space.spaces.items():
+        try:
+            value = obs[key]
+        except (KeyError, TypeError, IndexError):
+            raise ObservationError(
+                f"observation has no key {'.'.join(map(str, (*path, key)))!r} required by the Dict "
+                f"observation space (got {type(obs).__name__}"
+                f"{' with keys ' + repr(list(obs)) if isinstance(obs, dict) else ''})"
+            ) from None
+        flatten(sub, value, out, (*path, key))
+    return out
+
+
+@flatten.register(spaces.Tuple)
+def _flatten_tuple(space: spaces.Tuple, obs: Any, out: list[Any], path: Path = ()) -> list[Any]:
+    if not isinstance(obs, (tuple, list)) or len(obs) != len(space.spaces):
+        raise ObservationError(
+            f"observation at {'.'.join(map(str, path)) or 'root'!r} should be a tuple of "
+            f"{len(space.spaces)} items for the Tuple observation space, got {type(obs).__name__}"
+        )
+    for i, sub in enumerate(space.spaces):
+        flatten(sub, obs[i], out, (*path, i))
+    return out
+
+
+@singledispatch
+def unflatten(space: spaces.Space, arrays: Iterator[Any]) -> Any:
+    """Rebuild an observation (array, dict or tuple) from leaf values given in :func:`leaves` order."""
+    return next(arrays)
+
+
+@unflatten.register(spaces.Dict)
+def _unflatten_dict(space: spaces.Dict, arrays: Iterator[Any]) -> dict[str, Any]:
+    return {key: unflatten(sub, arrays) for key, sub in space.spaces.items()}
+
+
+@unflatten.register(spaces.Tuple)
+def _unflatten_tuple(space: spaces.Tuple, arrays: Iterator[Any]) -> tuple[Any, ...]:
+    return tuple(unflatten(sub, arrays) for sub in space.spaces)
+
+
+def write_leaf(batch: np.ndarray, i: int, value: Any, leaf: Leaf, env_index: int) -> None:
+    """Copy one env's leaf value into row ``i`` of a batched shared-memory array, refusing what does not fit.
+
+    A value of the right shape whose dtype casts within the same kind (float64 into a float32 space,
+    a Python int into an int64 Discrete) is accepted, as DummyVecEnv accepts it; a different shape or
+    a cross-kind cast (float into uint8) would silently corrupt the observation, so it raises.
+
+    :raises ObservationError: naming the env and the key.
+    """
+    arr = np.asarray(value)
+    if arr.shape != leaf.shape:
+        raise ObservationError(
+            f"env {env_index}, key {leaf.name!r}: observation shape {arr.shape} does not match the "
+            f"observation space shape {leaf.shape}"
+        )
+    if arr.dtype != leaf.dtype and not np.can_cast(arr.dtype, leaf.dtype, "same_kind"):
+        raise ObservationError(
+            f"env {env_index}, key {leaf.name!r}: observation dtype {arr.dtype} cannot be stored as the "
+            f"observation space dtype {leaf.dtype} without changing its values"
+        )
+    batch[i] = arr

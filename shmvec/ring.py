@@ -1,0 +1,195 @@
+"""The shared-memory block: one batched array per field, laid out once, reused every step.
+
+One ``SharedMemory`` segment holds every field of the ring:
+
+==============  ===================================  =========================================
+field           shape                                written by
+==============  ===================================  =========================================
+``obs<j>``      ``(n_slots, n_envs, *leaf_j.shape)``  workers: observation leaf j of each step
+``final<j>``    ``(n_envs, *leaf_j.shape)``           workers: terminal observation before reset
+``rewards``     ``(n_slots, n_envs)`` float64         workers (float64 keeps the env's value exact)
+``terminated``  ``(n_slots, n_envs)`` bool            workers
+``truncated``   ``(n_slots, n_envs)`` bool            workers
+``actions``     ``(n_envs, *action_shape)``           main, when the action space is array-shaped
+==============  ===================================  =========================================
+
+The slot index advances on every ``reset``/``step``, so the arrays returned ``n_slots - 1`` calls
+ago are not overwritten yet (what ``copy=False`` relies on). Terminal observations have a single
+area: the main process copies them out in the same ``step_wait`` that reports them.
+
+The owner (main process) creates and unlinks the segment; workers only attach. Each field starts on
+a 64-byte boundary so leaves never share a cache line across envs written by different workers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+import sys
+from dataclasses import dataclass
+from multiprocessing import resource_tracker, shared_memory
+
+import numpy as np
+
+from shmvec.errors import SharedMemoryTooSmallError
+from shmvec.layout import Leaf
+
+_ALIGN = 64
+_SHM_DIR = "/dev/shm"
+
+
+@dataclass(frozen=True)
+class Field:
+    """One array in the segment: its name, shape, dtype string and byte offset."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    offset: int
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
+
+
+@dataclass(frozen=True)
+class RingSpec:
+    """Everything a worker needs to attach: segment name, size and field table (small, picklable)."""
+
+    shm_name: str
+    size: int
+    fields: tuple[Field, ...]
+    n_slots: int
+    n_obs_leaves: int
+
+
+def plan_fields(
+    obs_leaves: list[Leaf], n_envs: int, n_slots: int, action_leaf: Leaf | None
+) -> tuple[list[tuple[str, tuple[int, ...], np.dtype]], int]:
+    """The ring's fields and the segment size in bytes, before anything is allocated."""
+    wanted: list[tuple[str, tuple[int, ...], np.dtype]] = []
+    for j, leaf in enumerate(obs_leaves):
+        wanted.append((f"obs{j}", (n_slots, n_envs, *leaf.shape), leaf.dtype))
+        wanted.append((f"final{j}", (n_envs, *leaf.shape), leaf.dtype))
+    wanted.append(("rewards", (n_slots, n_envs), np.dtype(np.float64)))
+    wanted.append(("terminated", (n_slots, n_envs), np.dtype(bool)))
+    wanted.append(("truncated", (n_slots, n_envs), np.dtype(bool)))
+    if action_leaf is not None:
+        wanted.append(("actions", (n_envs, *action_leaf.shape), action_leaf.dtype))
+    size = 0
+    for _, shape, dtype in wanted:
+        size = _aligned(size) + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    return wanted, max(size, 1)
+
+
+def _aligned(offset: int) -> int:
+    return (offset + _ALIGN - 1) // _ALIGN * _ALIGN
+
+
+def check_free_space(size: int, directory: str = _SHM_DIR) -> None:
+    """Refuse a ring that does not fit in ``/dev/shm``.
+
+    tmpfs pages are only allocated when first written, so an oversized segment is created without
+    complaint and the worker that later touches the missing page dies of SIGBUS. Checking up front
+    turns that into a message that says what to change.
+
+    :raises SharedMemoryTooSmallError: when ``size`` bytes exceed the free space of ``directory``.
+    """
+    if not os.path.isdir(directory):
+        return
+    stat = os.statvfs(directory)
+    free = stat.f_bavail * stat.f_frsize
+    if size > free:
+        raise SharedMemoryTooSmallError(
+            f"the shared-memory ring needs {size / 2**20:.1f} MiB but {directory} has only "
+            f"{free / 2**20:.1f} MiB free (of {stat.f_blocks * stat.f_frsize / 2**20:.1f} MiB). "
+            "Use fewer envs, smaller observations or n_slots=1 with copy=True, or give the container "
+            "more shared memory (docker run --shm-size=2g, or a Kubernetes emptyDir with medium: Memory)."
+        )
+
+
+class Ring:
+    """Numpy views over one shared-memory segment, in the owner or in a worker.
+
+    Use :meth:`create` in the main process and :meth:`attach` in workers. ``views[name]`` is the
+    array of a field (see the module docstring for names).
+    """
+
+    def __init__(self, spec: RingSpec, shm: shared_memory.SharedMemory, owner: bool) -> None:
+        self.spec = spec
+        self._shm: shared_memory.SharedMemory | None = shm
+        self._owner = owner
+        # Views go through a mapping of our own rather than shm.buf: numpy keeps a reference to its
+        # buffer object but not a buffer export, so SharedMemory.close() would unmap memory under
+        # live arrays (a segfault for copy=False users). This mapping is unmapped only when the last
+        # array referencing it is garbage collected.
+        base = np.frombuffer(mmap.mmap(shm._fd, spec.size), dtype=np.uint8)  # type: ignore[attr-defined]
+        self.views: dict[str, np.ndarray] = {
+            f.name: base[f.offset : f.offset + f.nbytes].view(np.dtype(f.dtype)).reshape(f.shape)
+            for f in spec.fields
+        }
+
+    @classmethod
+    def create(cls, obs_leaves: list[Leaf], n_envs: int, n_slots: int, action_leaf: Leaf | None) -> Ring:
+        """Allocate a zeroed segment for ``n_envs`` envs and ``n_slots`` slots (main process)."""
+        wanted, size = plan_fields(obs_leaves, n_envs, n_slots, action_leaf)
+        check_free_space(size)
+        shm = shared_memory.SharedMemory(create=True, size=size)
+        fields, offset = [], 0
+        for name, shape, dtype in wanted:
+            offset = _aligned(offset)
+            fields.append(Field(name, tuple(int(s) for s in shape), dtype.str, offset))
+            offset += fields[-1].nbytes
+        spec = RingSpec(shm.name, size, tuple(fields), n_slots, len(obs_leaves))
+        return cls(spec, shm, owner=True)
+
+    @classmethod
+    def attach(cls, spec: RingSpec) -> Ring:
+        """Map an existing segment (worker process). The worker never unlinks it."""
+        return cls(spec, _attach_untracked(spec.shm_name), owner=False)
+
+    def obs(self, leaf_index: int) -> np.ndarray:
+        """``(n_slots, n_envs, *shape)`` array of observation leaf ``leaf_index``."""
+        return self.views[f"obs{leaf_index}"]
+
+    def final(self, leaf_index: int) -> np.ndarray:
+        """``(n_envs, *shape)`` terminal-observation array of leaf ``leaf_index``."""
+        return self.views[f"final{leaf_index}"]
+
+    @property
+    def nbytes(self) -> int:
+        return self.spec.size
+
+    def close(self) -> None:
+        """Drop the views, unmap, and (owner only) unlink the segment. Safe to call twice.
+
+        Arrays handed out with ``copy=False`` may still reference the mapping: the segment is
+        unlinked at once (nothing remains in ``/dev/shm``) and the memory is unmapped when the last of
+        them is garbage collected.
+        """
+        if self._shm is None:
+            return
+        shm, self._shm = self._shm, None
+        self.views = {}
+        if self._owner:
+            with contextlib.suppress(FileNotFoundError):
+                shm.unlink()
+        shm.close()
+
+
+def _attach_untracked(name: str) -> shared_memory.SharedMemory:
+    """Attach without registering the segment with the resource tracker.
+
+    Only the creator may own a segment's lifetime. Before Python 3.13 attaching registers it too,
+    and a worker that exits would make the tracker unlink it (or warn about a "leak") while the main
+    process still uses it.
+    """
+    if sys.version_info >= (3, 13):
+        return shared_memory.SharedMemory(name=name, track=False)  # type: ignore[call-arg,unused-ignore]
+    register = resource_tracker.register
+    resource_tracker.register = lambda *args, **kwargs: None
+    try:
+        return shared_memory.SharedMemory(name=name)
+    finally:
+        resource_tracker.register = register

@@ -1,0 +1,86 @@
+"""Synthetic image envs with a chosen frame size and step cost, for benchmarks and tests.
+
+They stand in for camera-like or simulator-like envs whose cost we want to control: ``work_s`` of
+CPU work per step (a busy loop, like physics or rendering), or ``io_s`` of waiting (like a simulator
+behind a socket), and random episode lengths so auto-resets and terminal observations happen.
+Frames are deterministic functions of the seed and the step, so two runs with the same seeds can be
+compared array for array.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+
+class SyntheticImageEnv(gym.Env):
+    """An env whose observation is a ``shape`` uint8 frame that changes a little every step.
+
+    :param shape: frame shape, e.g. ``(84, 84, 4)`` or ``(512, 512, 3)``.
+    :param work_s: seconds of CPU busy-work per step (default 0).
+    :param io_s: ``(low, high)`` seconds to sleep per step, drawn uniformly (default None: no sleep).
+    :param episode_len: ``(low, high)`` inclusive range of episode lengths in steps; an episode ends
+        by termination or, one time in three, by truncation.
+    :param texture: if True the first frame is random noise (natural-image-like, hard to compress);
+        otherwise it is mostly flat (Atari-like).
+    """
+
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 30}
+
+    def __init__(
+        self,
+        shape: tuple[int, ...] = (84, 84, 4),
+        work_s: float = 0.0,
+        io_s: tuple[float, float] | None = None,
+        episode_len: tuple[int, int] = (50, 200),
+        texture: bool = False,
+        render_mode: str | None = None,
+    ) -> None:
+        self.shape = tuple(shape)
+        self.work_s = work_s
+        self.io_s = io_s
+        self.episode_len = episode_len
+        self.texture = texture
+        self.render_mode = render_mode
+        self.observation_space = spaces.Box(0, 255, self.shape, np.uint8)
+        self.action_space = spaces.Discrete(4)
+        self._frame = np.zeros(self.shape, np.uint8)
+        self._t = 0
+        self._len = episode_len[1]
+        self._truncate = False
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict]:
+        super().reset(seed=seed)
+        rng = self.np_random
+        if self.texture:
+            self._frame[...] = rng.integers(0, 256, self.shape, dtype=np.uint8)
+        else:
+            self._frame[...] = rng.integers(0, 256, dtype=np.uint8)
+        self._t = 0
+        self._len = int(rng.integers(self.episode_len[0], self.episode_len[1] + 1))
+        self._truncate = bool(rng.integers(0, 3) == 0)
+        return self._frame.copy(), {"episode_len": self._len}
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
+        if self.work_s > 0:
+            end = time.perf_counter() + self.work_s
+            while time.perf_counter() < end:
+                pass
+        if self.io_s is not None:
+            time.sleep(float(self.np_random.uniform(*self.io_s)))
+        self._t += 1
+        row = self._t % self.shape[0]
+        self._frame[row] += np.uint8(1 + int(action))  # uint8 wraps around
+        done = self._t >= self._len
+        terminated = done and not self._truncate
+        truncated = done and self._truncate
+        return self._frame.copy(), float(int(action) == self._t % 4), terminated, truncated, {}
+
+    def render(self) -> np.ndarray:
+        return self._frame[..., :3].copy() if self._frame.ndim == 3 else self._frame.copy()

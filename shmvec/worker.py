@@ -1,0 +1,299 @@
+"""The worker process: builds a contiguous group of envs and serves commands for them.
+
+A plain loop with a dispatch table. Each ``step`` writes observations, rewards and flags of the
+worker's envs into the ring slot named by the main process and answers with the few non-empty info
+dicts. An exception in an env is sent back (with env index and traceback) and the loop goes on, so
+one failing ``get_attr`` or ``step`` never leaves the main process waiting on a dead pipe.
+
+This module must stay light to import: a worker started with spawn or forkserver imports it before
+anything else, and importing SB3 here would load torch in every worker (~300 MB each).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import sys
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+from typing import Any
+
+import cloudpickle
+import gymnasium as gym
+import numpy as np
+
+from shmvec.layout import Leaf, flatten, leaves, write_leaf
+from shmvec.protocol import READY, RemoteError
+from shmvec.ring import Ring, RingSpec
+
+_THREAD_VARS = (
+    "OMP_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+    "NUMBA_NUM_THREADS",
+)
+
+
+def thread_env(n_threads: int | None) -> dict[str, str]:
+    """Environment variables that cap BLAS/OpenMP pools at ``n_threads`` (empty dict for None)."""
+    return {} if n_threads is None else {var: str(n_threads) for var in _THREAD_VARS}
+
+
+def limit_threads(n_threads: int | None) -> None:
+    """Cap the thread pools of libraries already loaded in this process.
+
+    With fork the child inherits numpy (and maybe torch, OpenCV) with pools sized for all cores;
+    environment variables come too late for them, so their runtime knobs are set as well. Several
+    workers each spinning a full-size pool on 2 cores run ~10x slower than with one thread each.
+    """
+    if n_threads is None:
+        return
+    os.environ.update(thread_env(n_threads))
+    try:
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(n_threads)
+    except Exception:  # threadpoolctl missing or a library it cannot drive
+        pass
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_num_threads(n_threads)
+    cv2 = sys.modules.get("cv2")
+    if cv2 is not None:
+        cv2.setNumThreads(n_threads)
+
+
+def _exit_with_parent() -> None:
+    """Ask Linux to SIGKILL this worker when its parent dies, even if an env hangs in C code.
+
+    A worker blocked on its pipe notices the parent's death by EOF anyway; this covers a worker stuck
+    inside ``env.step``. No-op where prctl is unavailable.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        pr_set_pdeathsig = 1
+        libc.prctl(pr_set_pdeathsig, signal.SIGKILL)
+    except Exception:
+        pass
+
+
+def make_env(env_fn: Callable[[], Any]) -> gym.Env:
+    """Call a factory and check it returned an env, converting old ``gym`` envs like SB3 does."""
+    env = env_fn()
+    if isinstance(env, gym.Env):
+        return env
+    if type(env).__module__.split(".")[0] == "gym":
+        # Old gym API: SB3's shim (needs shimmy). Imported only here because it loads torch.
+        from stable_baselines3.common.vec_env.patch_gym import _patch_env
+
+        return _patch_env(env)
+    raise TypeError(
+        f"the env factory returned {type(env).__module__}.{type(env).__qualname__}, not a gymnasium.Env; "
+        "env_fns must be callables that create an env, e.g. lambda: gym.make('CartPole-v1')"
+    )
+
+
+def _is_wrapped(env: gym.Env, wrapper_class: type) -> bool:
+    # Same walk as SB3's env_util.is_wrapped, without importing SB3 (and torch) in the worker.
+    while isinstance(env, gym.Wrapper):
+        if isinstance(env, wrapper_class):
+            return True
+        env = env.env
+    return False
+
+
+class _Worker:
+    """State of one worker: its envs and its slice of the ring."""
+
+    def __init__(self, envs: list[gym.Env], first_env: int) -> None:
+        self.envs = envs
+        self.first_env = first_env
+        self.current: int | None = None  # local index of the env being called, for error reports
+        self.space = envs[0].observation_space
+        self.leaves: list[Leaf] = []
+        self.ring: Ring | None = None
+
+    def attach(self, spec: RingSpec) -> None:
+        # The main process has checked the space can be laid out before sending the ring.
+        self.leaves = leaves(self.space)
+        self.ring = Ring.attach(spec)
+        lo, hi = self.first_env, self.first_env + len(self.envs)
+        self.obs = [self.ring.obs(j)[:, lo:hi] for j in range(spec.n_obs_leaves)]
+        self.final = [self.ring.final(j)[lo:hi] for j in range(spec.n_obs_leaves)]
+        self.rewards = self.ring.views["rewards"][:, lo:hi]
+        self.terminated = self.ring.views["terminated"][:, lo:hi]
+        self.truncated = self.ring.views["truncated"][:, lo:hi]
+        actions = self.ring.views.get("actions")
+        self.actions = None if actions is None else actions[lo:hi]
+
+    def write(self, dst: list[np.ndarray], i: int, obs: Any) -> None:
+        env_index = self.first_env + i
+        for leaf, arr, value in zip(self.leaves, dst, flatten(self.space, obs, [])):
+            write_leaf(arr, i, value, leaf, env_index)
+
+    def step(self, payload: tuple[int, Any]) -> list[tuple[int, dict, dict | None]]:
+        slot, actions = payload
+        if actions is None:
+            actions = self.actions
+        obs_slot = [a[slot] for a in self.obs]
+        rewards, terminated, truncated = self.rewards[slot], self.terminated[slot], self.truncated[slot]
+        replies = []
+        for i, env in enumerate(self.envs):
+            self.current = i
+            action = actions[i]
+            if isinstance(action, np.ndarray):
+                # A view into the ring (or into the unpickled batch) must not be kept by the env.
+                action = action.copy()
+            obs, reward, term, trunc, info = env.step(action)
+            reset_info = None
+            if term or trunc:
+                # The terminal observation goes to its own area before the reset obs fills the slot.
+                self.write(self.final, i, obs)
+                obs, reset_info = env.reset()
+            self.write(obs_slot, i, obs)
+            rewards[i] = reward
+            terminated[i] = term
+            truncated[i] = trunc
+            if info or reset_info is not None:
+                replies.append((i, info, reset_info))
+        self.current = None
+        return replies
+
+    def reset(self, payload: tuple[int, list, list]) -> list[dict]:
+        slot, seeds, options = payload
+        obs_slot = [a[slot] for a in self.obs]
+        infos = []
+        for i, env in enumerate(self.envs):
+            self.current = i
+            maybe_options = {"options": options[i]} if options[i] else {}
+            obs, info = env.reset(seed=seeds[i], **maybe_options)
+            self.write(obs_slot, i, obs)
+            infos.append(info)
+        self.current = None
+        return infos
+
+    def _each(self, indices: list[int], call: Callable[[gym.Env], Any]) -> list[Any]:
+        results = []
+        for i in indices:
+            self.current = i
+            results.append(call(self.envs[i]))
+        self.current = None
+        return results
+
+    def get_attr(self, payload: tuple[list[int], str]) -> list[Any]:
+        indices, name = payload
+        return self._each(indices, lambda env: env.get_wrapper_attr(name))
+
+    def has_attr(self, payload: tuple[list[int], str]) -> list[bool]:
+        indices, name = payload
+        return self._each(indices, lambda env: _has_wrapper_attr(env, name))
+
+    def set_attr(self, payload: tuple[list[int], str, Any]) -> None:
+        indices, name, value = payload
+        self._each(indices, lambda env: setattr(env, name, value))
+
+    def env_method(self, payload: tuple[list[int], str, tuple, dict]) -> list[Any]:
+        indices, name, args, kwargs = payload
+        return self._each(indices, lambda env: env.get_wrapper_attr(name)(*args, **kwargs))
+
+    def is_wrapped(self, payload: tuple[list[int], type]) -> list[bool]:
+        indices, wrapper_class = payload
+        return self._each(indices, lambda env: _is_wrapped(env, wrapper_class))
+
+    def render(self, payload: list[int]) -> list[Any]:
+        return self._each(payload, lambda env: env.render())
+
+    def close(self) -> None:
+        for env in self.envs:
+            with contextlib.suppress(Exception):
+                env.close()
+        # Views into the mapping must go before it can be unmapped.
+        self.obs = self.final = []
+        if self.ring is not None:
+            self.ring.close()
+
+
+def _has_wrapper_attr(env: gym.Env, name: str) -> bool:
+    try:
+        env.get_wrapper_attr(name)
+    except AttributeError:
+        return False
+    return True
+
+
+def _command_name(cmd: str, payload: Any) -> str:
+    if cmd in ("get_attr", "has_attr", "set_attr", "env_method") and isinstance(payload, tuple):
+        return f"{cmd}:{payload[1]}"
+    return cmd
+
+
+def worker_main(
+    conn: Connection,
+    env_fns: bytes | list[Callable[[], Any]],
+    first_env: int,
+    n_threads: int | None,
+) -> None:
+    """Entry point of a worker process.
+
+    :param conn: this worker's end of its pipe to the main process.
+    :param env_fns: the env factories, cloudpickled (spawn/forkserver) or as objects (fork).
+    :param first_env: global index of the first env of this worker.
+    :param n_threads: BLAS/OpenMP threads allowed in this worker (None: leave as is).
+    """
+    # Ctrl-C reaches the whole process group; the main process decides what happens, then closes us.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _exit_with_parent()
+    limit_threads(n_threads)
+    pid = os.getpid()
+    envs: list[gym.Env] = []
+    try:
+        fns = cloudpickle.loads(env_fns) if isinstance(env_fns, bytes) else env_fns
+        for fn in fns:
+            envs.append(make_env(fn))
+        spaces_ = [(env.observation_space, env.action_space) for env in envs]
+        worker = _Worker(envs, first_env)
+    except BaseException as exc:  # noqa: BLE001 - anything a user factory raises goes back
+        conn.send((False, RemoteError.capture(exc, first_env + len(envs), "make_env", pid)))
+        conn.close()
+        return
+    conn.send((True, (READY, spaces_)))
+
+    handlers: dict[str, Callable[[Any], Any]] = {
+        "attach": worker.attach,
+        "step": worker.step,
+        "reset": worker.reset,
+        "get_attr": worker.get_attr,
+        "has_attr": worker.has_attr,
+        "set_attr": worker.set_attr,
+        "env_method": worker.env_method,
+        "is_wrapped": worker.is_wrapped,
+        "render": worker.render,
+    }
+    try:
+        while True:
+            try:
+                cmd, payload = conn.recv()
+            except (EOFError, OSError):
+                break  # the main process is gone
+            if cmd == "close":
+                break
+            try:
+                result = handlers[cmd](payload)
+            except Exception as exc:
+                env_index = None if worker.current is None else first_env + worker.current
+                worker.current = None
+                conn.send((False, RemoteError.capture(exc, env_index, _command_name(cmd, payload), pid)))
+                continue
+            try:
+                conn.send((True, result))
+            except Exception as exc:  # e.g. an info dict or attribute value that cannot be pickled
+                conn.send((False, RemoteError.capture(exc, None, _command_name(cmd, payload), pid)))
+    finally:
+        worker.close()
+        conn.close()

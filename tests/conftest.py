@@ -1,0 +1,64 @@
+"""Shared fixtures: leak accounting around every test that builds a ShmVecEnv."""
+
+from __future__ import annotations
+
+import gc
+import os
+import time
+
+import psutil
+import pytest
+
+
+def shm_segments() -> set[str]:
+    """Names of shared-memory segments (multiprocessing names them psm_*) in /dev/shm."""
+    try:
+        return {n for n in os.listdir("/dev/shm") if n.startswith("psm_")}
+    except FileNotFoundError:
+        return set()
+
+
+def open_fds() -> int:
+    return len(os.listdir(f"/proc/{os.getpid()}/fd"))
+
+
+def live_children() -> list[psutil.Process]:
+    """Children of this process that are still running, ignoring multiprocessing helpers
+    (resource tracker, forkserver) that live for the whole session by design."""
+    out = []
+    for child in psutil.Process().children(recursive=True):
+        try:
+            cmd = " ".join(child.cmdline())
+            if child.status() == psutil.STATUS_ZOMBIE:
+                continue
+        except psutil.NoSuchProcess:
+            continue
+        if "resource_tracker" in cmd or "forkserver" in cmd:
+            continue
+        out.append(child)
+    return out
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _multiprocessing_helpers():
+    """Start the resource tracker and forkserver up front: each keeps a pipe open for the whole
+    session, which would otherwise look like a file-descriptor leak of whichever test started it."""
+    from multiprocessing import forkserver, resource_tracker
+
+    resource_tracker.ensure_running()
+    forkserver.ensure_running()
+
+
+@pytest.fixture
+def no_leaks():
+    """Fail the test if it leaves shared-memory segments, worker processes or file descriptors."""
+    gc.collect()
+    segments, fds = shm_segments(), open_fds()
+    yield
+    gc.collect()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and (live_children() or shm_segments() - segments):
+        time.sleep(0.05)
+    assert shm_segments() - segments == set(), "shared-memory segments leaked"
+    assert live_children() == [], "worker processes still running"
+    assert open_fds() <= fds, f"file descriptors leaked: {fds} before, {open_fds()} after"

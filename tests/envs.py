@@ -1,0 +1,210 @@
+"""Small deterministic envs for the tests. Import only numpy and gymnasium here: spawn workers
+import this module, and pulling torch in would make every worker start slowly."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+
+class DictImageEnv(gym.Env):
+    """Dict observation (image + vector + Discrete), returned in a different key order than the space,
+    random episode lengths ending by termination or truncation, non-empty infos on some steps."""
+
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 15}
+
+    def __init__(self, size: int = 16, max_len: int = 12) -> None:
+        self.observation_space = spaces.Dict(
+            {
+                "image": spaces.Box(0, 255, (size, size, 3), np.uint8),
+                "vec": spaces.Box(-1.0, 1.0, (5,), np.float32),
+                "count": spaces.Discrete(100),
+            }
+        )
+        self.action_space = spaces.Box(-1.0, 1.0, (2,), np.float32)
+        self.size, self.max_len = size, max_len
+        self.render_mode = "rgb_array"
+        self.t = 0
+
+    def _obs(self) -> dict[str, Any]:
+        rng = self.np_random
+        return {  # deliberately not in space order
+            "count": self.t,
+            "vec": rng.uniform(-1, 1, 5).astype(np.float32),
+            "image": rng.integers(0, 256, (self.size, self.size, 3), dtype=np.uint8),
+        }
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        self.len = int(self.np_random.integers(1, self.max_len))
+        return self._obs(), {"reset_token": int(self.np_random.integers(1 << 30)), "options": options}
+
+    def step(self, action):
+        self.t += 1
+        terminated = self.t >= self.len and self.np_random.random() < 0.5
+        truncated = self.t >= self.len and not terminated
+        info = {"a": np.asarray(action).tolist()} if self.t % 3 == 0 else {}
+        return self._obs(), float(np.sum(action)) + self.t, terminated, truncated, info
+
+    def render(self):
+        return np.full((4, 4, 3), self.t, np.uint8)
+
+    def worker_pid(self) -> int:
+        return os.getpid()
+
+    def modules_loaded(self, name: str) -> bool:
+        return name in sys.modules
+
+    def threads_env(self) -> str | None:
+        return os.environ.get("OMP_NUM_THREADS")
+
+    def fail(self, message: str = "boom"):
+        raise ValueError(message)
+
+
+class TupleEnv(gym.Env):
+    """Tuple observation (MultiDiscrete, MultiBinary, Box float64) with a MultiBinary action space."""
+
+    def __init__(self) -> None:
+        self.observation_space = spaces.Tuple(
+            (spaces.MultiDiscrete([3, 5]), spaces.MultiBinary(4), spaces.Box(-5, 5, (2, 3), np.float64))
+        )
+        self.action_space = spaces.MultiBinary(3)
+        self.t = 0
+
+    def _obs(self):
+        rng = self.np_random
+        return (
+            rng.integers([0, 0], [3, 5]).astype(np.int64),
+            rng.integers(0, 2, 4).astype(np.int8),
+            rng.uniform(-5, 5, (2, 3)),
+        )
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self._obs(), {}
+
+    def step(self, action):
+        self.t += 1
+        done = self.np_random.random() < 0.2
+        return self._obs(), float(np.sum(action)), done, self.t >= 7, {"t": self.t}
+
+
+class SlowStepEnv(gym.Env):
+    """Sleeps ``delay`` seconds in step (a hung env when delay is large)."""
+
+    observation_space = spaces.Box(0, 1, (3,), np.float32)
+    action_space = spaces.Discrete(2)
+
+    def __init__(self, delay: float = 60.0) -> None:
+        self.delay = delay
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(3, np.float32), {}
+
+    def step(self, action):
+        time.sleep(self.delay)
+        return np.zeros(3, np.float32), 0.0, False, False, {}
+
+
+class BadObsEnv(gym.Env):
+    """Returns an observation of the wrong shape (or dtype) after ``after`` steps."""
+
+    observation_space = spaces.Dict({"image": spaces.Box(0, 255, (8, 8, 3), np.uint8)})
+    action_space = spaces.Discrete(2)
+
+    def __init__(self, bad: str = "shape", after: int = 1) -> None:
+        self.bad, self.after, self.t = bad, after, 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return {"image": np.zeros((8, 8, 3), np.uint8)}, {}
+
+    def step(self, action):
+        self.t += 1
+        image = np.zeros((8, 8, 3), np.uint8)
+        if self.t >= self.after:
+            image = np.zeros((8, 8), np.uint8) if self.bad == "shape" else np.zeros((8, 8, 3), np.float32)
+        return {"image": image}, 0.0, False, False, {}
+
+
+def make_dict_env(size: int = 16, max_len: int = 12) -> gym.Env:
+    return DictImageEnv(size, max_len)
+
+
+def make_tuple_env() -> gym.Env:
+    return TupleEnv()
+
+
+class TinyImageEnv(gym.Env):
+    """36x36x1 image (the smallest NatureCNN takes) with a learnable signal: reward 1 when the action
+    matches the bright quadrant. Episodes end by termination or by a time limit."""
+
+    observation_space = spaces.Box(0, 255, (36, 36, 1), np.uint8)
+
+    def __init__(self, n_actions: int = 4, continuous: bool = False) -> None:
+        self.action_space = spaces.Box(-1, 1, (2,), np.float32) if continuous else spaces.Discrete(n_actions)
+        self.t = 0
+
+    def _obs(self):
+        self.target = int(self.np_random.integers(4))
+        img = np.zeros((36, 36, 1), np.uint8)
+        r, c = divmod(self.target, 2)
+        img[r * 18 : (r + 1) * 18, c * 18 : (c + 1) * 18] = 200
+        return img
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self._obs(), {}
+
+    def step(self, action):
+        self.t += 1
+        if isinstance(self.action_space, spaces.Box):
+            reward = -float(np.abs(np.asarray(action) - self.target / 4).sum())
+        else:
+            reward = float(int(action) == self.target)
+        terminated = bool(self.np_random.random() < 0.05)
+        return self._obs(), reward, terminated, self.t >= 25, {}
+
+
+class GoalEnv(gym.Env):
+    """A minimal goal-conditioned env for HER: reach a 2-D goal in a few steps."""
+
+    def __init__(self) -> None:
+        box = spaces.Box(-1.0, 1.0, (2,), np.float32)
+        self.observation_space = spaces.Dict({"observation": box, "achieved_goal": box, "desired_goal": box})
+        self.action_space = spaces.Box(-0.2, 0.2, (2,), np.float32)
+
+    def _obs(self):
+        return {
+            "observation": self.pos.copy(),
+            "achieved_goal": self.pos.copy(),
+            "desired_goal": self.goal.copy(),
+        }
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.pos = np.zeros(2, np.float32)
+        self.goal = self.np_random.uniform(-1, 1, 2).astype(np.float32)
+        self.t = 0
+        return self._obs(), {}
+
+    def compute_reward(self, achieved_goal, desired_goal, info):
+        return -(np.linalg.norm(achieved_goal - desired_goal, axis=-1) > 0.1).astype(np.float32)
+
+    def step(self, action):
+        self.t += 1
+        self.pos = np.clip(self.pos + action, -1, 1).astype(np.float32)
+        reward = float(self.compute_reward(self.pos, self.goal, {}))
+        return self._obs(), reward, reward == 0.0, self.t >= 10, {}

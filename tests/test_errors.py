@@ -1,0 +1,160 @@
+"""Mistakes give a clear error naming the env and the cause, never a hang."""
+
+from __future__ import annotations
+
+import functools
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium import spaces
+
+from shmvec import (
+    EnvError,
+    EnvTimeoutError,
+    ObservationError,
+    SharedMemoryTooSmallError,
+    ShmVecEnv,
+    UnsupportedSpaceError,
+)
+from shmvec.ring import check_free_space
+from shmvec.synthetic import SyntheticImageEnv
+from tests.envs import BadObsEnv, DictImageEnv, SlowStepEnv
+
+IMAGE = functools.partial(SyntheticImageEnv, (16, 16, 3))
+
+
+def _raise_in_factory():
+    raise RuntimeError("simulator license missing")
+
+
+def test_factory_that_raises_names_env(no_leaks):
+    fns = [IMAGE, IMAGE, _raise_in_factory]
+    with pytest.raises(EnvError, match="the factory of env 2 raised RuntimeError: simulator license missing"):
+        ShmVecEnv(fns, "fork", n_workers=2)
+
+
+def test_factory_that_returns_no_env(no_leaks):
+    with pytest.raises(EnvError, match="returned builtins.str, not a gymnasium.Env"):
+        ShmVecEnv([lambda: "CartPole-v1"], "fork")
+
+
+def test_unpicklable_factory_message(no_leaks):
+    lock = threading.Lock()
+
+    def make():
+        assert not lock.locked()  # the closure captures a lock, which cannot be pickled
+        return IMAGE()
+
+    with pytest.raises(TypeError, match="factory of env 1 cannot be pickled.*'spawn'.*start_method='fork'"):
+        ShmVecEnv([IMAGE, make], "spawn")
+
+
+def test_unpicklable_factory_works_with_fork(no_leaks):
+    lock = threading.Lock()
+    with ShmVecEnv([lambda: (lock, IMAGE())[1]], "fork") as env:
+        env.reset()
+
+
+def test_wrong_number_of_actions(no_leaks):
+    with ShmVecEnv([IMAGE] * 3, "fork") as env:
+        env.reset()
+        with pytest.raises(ValueError, match="expected 3 actions"):
+            env.step(np.zeros(2, np.int64))
+        env.step(np.zeros(3, np.int64))  # still usable
+
+
+def test_illegal_start_method():
+    with pytest.raises(ValueError, match="cannot find context for 'illegal_method'"):
+        ShmVecEnv([IMAGE], "illegal_method")
+
+
+@pytest.mark.parametrize(
+    "bad,message",
+    [
+        (
+            "shape",
+            r"env 1, key 'image': observation shape \(8, 8\) does not match the observation space shape \(8, 8, 3\)",
+        ),
+        (
+            "dtype",
+            r"env 1, key 'image': observation dtype float32 cannot be stored as the observation space dtype uint8",
+        ),
+    ],
+)
+def test_observation_that_does_not_fit(no_leaks, bad, message):
+    fns = [functools.partial(BadObsEnv, bad, 10**9), functools.partial(BadObsEnv, bad, 1)]
+    with ShmVecEnv(fns, "fork", n_workers=1) as env:
+        env.reset()
+        with pytest.raises(EnvError, match=message) as info:
+            env.step(np.zeros(2, np.int64))
+        assert isinstance(info.value.__cause__, ObservationError)
+
+
+def test_get_attr_missing_and_has_attr(no_leaks):
+    with ShmVecEnv([DictImageEnv] * 2, "fork") as env:
+        assert env.has_attr("max_len") and not env.has_attr("no_such_attr")
+        with pytest.raises(EnvError, match="env 0 raised AttributeError during get_attr:no_such_attr"):
+            env.get_attr("no_such_attr")
+
+
+def test_hung_env_times_out(no_leaks):
+    env = ShmVecEnv([functools.partial(SlowStepEnv, 60)] * 2, "fork", timeout=0.5)
+    env.reset()
+    with pytest.raises(EnvTimeoutError, match=r"did not answer step within 0.5 s"):
+        env.step(np.zeros(2, np.int64))
+    assert env.closed
+
+
+class _TextEnv(gym.Env):
+    observation_space = spaces.Dict({"text": spaces.Text(8)})
+    action_space = spaces.Discrete(2)
+
+
+def test_unsupported_space(no_leaks):
+    with pytest.raises(UnsupportedSpaceError, match="cannot place a Text observation space at key 'text'"):
+        ShmVecEnv([_TextEnv], "fork")
+
+
+def test_shm_too_small_is_refused_before_start(tmp_path):
+    with pytest.raises(
+        SharedMemoryTooSmallError, match=r"needs .* MiB but .* has only .* MiB free.*--shm-size"
+    ):
+        check_free_space(1 << 60, str(tmp_path))
+
+
+def test_workers_use_one_thread_and_no_torch(no_leaks):
+    with ShmVecEnv([DictImageEnv] * 2, "spawn") as env:
+        assert env.env_method("threads_env") == ["1", "1"]
+        assert env.env_method("modules_loaded", "torch") == [False, False]
+        assert env.env_method("modules_loaded", "stable_baselines3") == [False, False]
+
+
+def test_missing_main_guard_gets_a_hint(tmp_path):
+    script = tmp_path / "no_guard.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+        from shmvec import ShmVecEnv
+        from shmvec.synthetic import SyntheticImageEnv
+        env = ShmVecEnv([SyntheticImageEnv], "spawn")
+        env.close()
+        """
+        )
+    )
+    root = os.path.dirname(os.path.dirname(__file__))
+    proc = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": root},
+    )
+    assert proc.returncode != 0
+    assert "WorkerCrashedError" in proc.stderr
+    assert 'if __name__ == "__main__":' in proc.stderr

@@ -1,0 +1,177 @@
+"""Every way a ShmVecEnv ends releases its shared memory, processes and file descriptors."""
+
+from __future__ import annotations
+
+import functools
+import gc
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import psutil
+import pytest
+
+from shmvec import ClosedError, EnvError, ShmVecEnv, WorkerCrashedError
+from shmvec.synthetic import SyntheticImageEnv
+from tests.conftest import shm_segments
+from tests.envs import DictImageEnv, SlowStepEnv
+
+IMAGE = functools.partial(SyntheticImageEnv, (32, 32, 3))
+ACTIONS = np.zeros(4, np.int64)
+
+
+def test_close_is_idempotent_and_final(no_leaks):
+    env = ShmVecEnv([IMAGE] * 4, "fork")
+    env.reset()
+    env.close()
+    env.close()
+    assert env.closed
+    with pytest.raises(ClosedError):
+        env.step(ACTIONS)
+
+
+def test_context_manager(no_leaks):
+    with ShmVecEnv([IMAGE] * 4, "fork") as env:
+        env.reset()
+        env.step(ACTIONS)
+    assert env.closed
+
+
+def test_close_while_step_pending(no_leaks):
+    env = ShmVecEnv([functools.partial(SlowStepEnv, 0.3)] * 2, "fork")
+    env.reset()
+    env.step_async(np.zeros(2, np.int64))
+    start = time.monotonic()
+    env.close()
+    assert time.monotonic() - start < 5
+
+
+def test_garbage_collected_without_close(no_leaks):
+    env = ShmVecEnv([IMAGE] * 4, "fork")
+    env.reset()
+    env.step(ACTIONS)
+    pids = [p.pid for p in env.processes]
+    del env
+    gc.collect()
+    for pid in pids:
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+def test_copy_false_views_outlive_close(no_leaks):
+    env = ShmVecEnv([IMAGE] * 4, "fork", copy=False)
+    obs = env.reset()
+    before = obs.copy()
+    assert not obs.flags.writeable
+    env.close()
+    # The segment is gone from /dev/shm but the mapping stays readable while the view lives.
+    np.testing.assert_array_equal(obs, before)
+    del obs
+
+
+def test_exception_in_worker_keeps_env_usable(no_leaks):
+    with ShmVecEnv([DictImageEnv] * 3, "fork", n_workers=2) as env:
+        env.reset()
+        with pytest.raises(EnvError, match="env 2 raised ValueError during env_method:fail: nope") as info:
+            env.env_method("fail", "nope", indices=[2])
+        assert info.value.env_index == 2
+        assert "tests/envs.py" in info.value.remote_traceback
+        assert isinstance(info.value.__cause__, ValueError)
+        env.reset()
+        assert len(env.get_attr("t")) == 3
+
+
+@pytest.mark.parametrize("when", ["idle", "step"])
+def test_killed_worker_is_reported_and_cleaned(no_leaks, when):
+    env = ShmVecEnv([functools.partial(SlowStepEnv, 0.2)] * 4, "fork", n_workers=2)
+    env.reset()
+    victim = env.processes[1]
+    if when == "step":
+        env.step_async(np.zeros(4, np.int64))
+    os.kill(victim.pid, signal.SIGKILL)
+    start = time.monotonic()
+    with pytest.raises(
+        WorkerCrashedError, match=r"worker 1 \(pid \d+, envs 2\.\.3\) was killed by signal SIGKILL"
+    ):
+        if when == "step":
+            env.step_wait()
+        else:
+            time.sleep(0.1)
+            env.step(np.zeros(4, np.int64))
+    assert time.monotonic() - start < 3
+    assert env.closed
+    env.close()
+
+
+SCRIPT = textwrap.dedent(
+    """
+    import functools, sys, time
+    import numpy as np
+    from shmvec import ShmVecEnv
+    from tests.envs import SlowStepEnv
+
+    if __name__ == "__main__":
+        env = ShmVecEnv([functools.partial(SlowStepEnv, 0.05)] * 2, "{method}")
+        env.reset()
+        print(" ".join(str(p.pid) for p in env.processes), flush=True)
+        while True:
+            env.step(np.zeros(2, np.int64))
+    """
+)
+
+
+def _start_script(tmp_path, method: str = "fork") -> tuple[subprocess.Popen, list[int]]:
+    script = tmp_path / "run.py"
+    script.write_text(SCRIPT.replace("{method}", method))
+    proc = subprocess.Popen(
+        [sys.executable, str(script)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=os.path.dirname(os.path.dirname(__file__)),
+        env={**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(__file__))},
+    )
+    assert proc.stdout is not None
+    pids = [int(p) for p in proc.stdout.readline().split()]
+    assert len(pids) == 2
+    return proc, pids
+
+
+def _wait_gone(pids: list[int], seconds: float = 5) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        alive = [
+            p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
+        ]
+        if not alive:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_keyboard_interrupt_cleans_up(tmp_path):
+    before = shm_segments()
+    proc, pids = _start_script(tmp_path)
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=20)
+    assert "KeyboardInterrupt" in stderr
+    assert "resource_tracker" not in stderr, stderr
+    assert _wait_gone(pids)
+    assert shm_segments() - before == set()
+
+
+def test_workers_exit_when_parent_is_killed(tmp_path):
+    before = shm_segments()
+    proc, pids = _start_script(tmp_path)
+    proc.kill()
+    proc.wait(timeout=10)
+    assert _wait_gone(pids), "workers outlived their killed parent"
+    # The resource tracker unlinks what a killed parent could not.
+    deadline = time.monotonic() + 10
+    while shm_segments() - before and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert shm_segments() - before == set()

@@ -1,0 +1,226 @@
+"""ShmVecEnv inside SB3: wrappers, helpers and algorithms behave exactly as with SB3's own VecEnvs."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+import torch
+from stable_baselines3 import A2C, DQN, PPO, SAC, HerReplayBuffer
+from stable_baselines3.common.env_util import make_vec_env
+from stable_baselines3.common.evaluation import evaluate_policy
+from stable_baselines3.common.monitor import Monitor
+from stable_baselines3.common.vec_env import (
+    DummyVecEnv,
+    SubprocVecEnv,
+    VecCheckNan,
+    VecFrameStack,
+    VecMonitor,
+    VecNormalize,
+    VecTransposeImage,
+)
+
+from shmvec import ShmVecEnv
+from shmvec.synthetic import SyntheticImageEnv
+from tests.envs import DictImageEnv, GoalEnv, TinyImageEnv
+from tests.helpers import assert_step_equal, sample_actions
+
+FORK = functools.partial(ShmVecEnv, start_method="fork")
+
+WRAPPERS = {
+    "frame_stack": lambda v: VecFrameStack(v, 4),
+    "transpose": VecTransposeImage,
+    "normalize": lambda v: VecNormalize(v, norm_obs=True, norm_reward=True),
+    "monitor": VecMonitor,
+    "check_nan": lambda v: VecCheckNan(v, raise_exception=True),
+    "stack+transpose": lambda v: VecTransposeImage(VecFrameStack(v, 3)),
+}
+
+
+@pytest.mark.parametrize("wrapper", sorted(WRAPPERS))
+def test_under_vec_wrappers(no_leaks, wrapper):
+    make = functools.partial(SyntheticImageEnv, (20, 20, 3), episode_len=(3, 8))
+    ref = WRAPPERS[wrapper](make_vec_env(make, n_envs=3, seed=5))
+    env = WRAPPERS[wrapper](make_vec_env(make, n_envs=3, seed=5, vec_env_cls=FORK))
+    rng = np.random.default_rng(0)
+    try:
+        assert_step_equal((env.reset(), 0, 0, []), (ref.reset(), 0, 0, []), -1)
+        for t in range(40):
+            actions = sample_actions(env.action_space, 3, rng)
+            assert_step_equal(env.step(actions), ref.step(actions), t)
+    finally:
+        env.close()
+        ref.close()
+
+
+def test_env_helpers(no_leaks):
+    venv = make_vec_env(DictImageEnv, n_envs=3, vec_env_cls=FORK)
+    try:
+        assert venv.env_is_wrapped(Monitor) == [True, True, True]
+        assert venv.env_is_wrapped(VecMonitor) == [False] * 3
+        venv.set_attr("max_len", 5, indices=[0, -1])
+        assert venv.get_attr("max_len") == [5, 12, 5]
+        assert venv.env_method("get_wrapper_attr", "max_len", indices=1) == [12]
+        venv.reset()
+        images = venv.get_images()
+        assert len(images) == 3 and all(img.shape == (4, 4, 3) for img in images)
+        assert venv.render(mode="rgb_array").shape[-1] == 3
+        assert venv.metadata["render_fps"] == 15
+    finally:
+        venv.close()
+
+
+def test_rewards_writable_float_dones_bool_fresh_dicts(no_leaks):
+    with ShmVecEnv([DictImageEnv] * 2, "fork") as venv:
+        venv.reset()
+        previous = None
+        for _ in range(5):
+            obs, rewards, dones, infos = venv.step(np.zeros((2, 2), np.float32))
+            assert rewards.dtype == np.float32 and rewards.flags.writeable
+            rewards[0] += 1.0
+            assert dones.dtype == bool
+            assert obs is not previous
+            for key in obs:
+                obs[key] = obs[key].reshape((2, -1))  # DictReplayBuffer mutates the returned dict
+            previous = obs
+
+
+def _params(model) -> list[torch.Tensor]:
+    return [p.detach().clone() for p in model.policy.parameters()]
+
+
+def _train(algo, vec_env_cls, env_kwargs=None, vec_env_kwargs=None, steps=2048, **algo_kwargs):
+    venv = make_vec_env(
+        TinyImageEnv,
+        n_envs=4,
+        seed=3,
+        vec_env_cls=vec_env_cls,
+        env_kwargs=env_kwargs,
+        vec_env_kwargs=vec_env_kwargs,
+    )
+    try:
+        model = algo(policy_kwargs={"net_arch": [16]}, env=venv, seed=3, device="cpu", **algo_kwargs)
+        model.learn(steps)
+        return _params(model)
+    finally:
+        venv.close()
+
+
+ALGOS = {
+    "ppo": dict(algo=PPO, policy="CnnPolicy", n_steps=64, batch_size=64, n_epochs=2),
+    "a2c": dict(algo=A2C, policy="CnnPolicy", n_steps=8),
+    "dqn": dict(algo=DQN, policy="CnnPolicy", learning_starts=100, buffer_size=2000, train_freq=4),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ALGOS))
+@pytest.mark.parametrize("copy", [True, False])
+def test_training_identical_to_dummy(no_leaks, name, copy):
+    """Same seed, same data: identical parameters, with copy=True and with zero-copy views."""
+    kwargs = dict(ALGOS[name])
+    algo, policy = kwargs.pop("algo"), kwargs.pop("policy")
+    torch.set_num_threads(1)
+    want = _train(algo, DummyVecEnv, policy=policy, **kwargs)
+    got = _train(
+        algo, ShmVecEnv, vec_env_kwargs={"start_method": "fork", "copy": copy}, policy=policy, **kwargs
+    )
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("name", ["ppo", "dqn"])
+def test_training_identical_to_subproc(no_leaks, name):
+    kwargs = dict(ALGOS[name])
+    algo, policy = kwargs.pop("algo"), kwargs.pop("policy")
+    torch.set_num_threads(1)
+    want = _train(algo, SubprocVecEnv, vec_env_kwargs={"start_method": "fork"}, policy=policy, **kwargs)
+    got = _train(
+        algo,
+        ShmVecEnv,
+        vec_env_kwargs={"start_method": "fork", "reward_dtype": np.float64},
+        policy=policy,
+        **kwargs,
+    )
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_training_changes_parameters_and_ppo_copy_false_matches(no_leaks):
+    """Guard for the equivalence tests: training moves the parameters, so equality means something."""
+    torch.set_num_threads(1)
+    kwargs = dict(policy="CnnPolicy", n_steps=32, batch_size=64, n_epochs=1)
+    venv = make_vec_env(TinyImageEnv, n_envs=2, seed=3, vec_env_cls=FORK, vec_env_kwargs={"copy": False})
+    try:
+        model = PPO(policy_kwargs={"net_arch": [16]}, env=venv, seed=3, device="cpu", **kwargs)
+        before = _params(model)
+        model.learn(64)
+        assert any(not torch.equal(a, b) for a, b in zip(before, _params(model)))
+    finally:
+        venv.close()
+
+
+def test_sac_continuous_and_evaluate_policy(no_leaks):
+    torch.set_num_threads(1)
+    results = []
+    for cls in (DummyVecEnv, FORK):
+        venv = make_vec_env(TinyImageEnv, n_envs=2, seed=1, vec_env_cls=cls, env_kwargs={"continuous": True})
+        try:
+            model = SAC(
+                "CnnPolicy",
+                venv,
+                buffer_size=500,
+                learning_starts=20,
+                batch_size=16,
+                seed=1,
+                policy_kwargs={"net_arch": [8]},
+                device="cpu",
+            )
+            model.learn(60)
+            results.append((_params(model), evaluate_policy(model, venv, n_eval_episodes=2)))
+        finally:
+            venv.close()
+    for a, b in zip(results[0][0], results[1][0]):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    assert results[0][1] == results[1][1]
+
+
+def test_her_uses_compute_reward_through_env_method(no_leaks):
+    torch.set_num_threads(1)
+    venv = make_vec_env(GoalEnv, n_envs=2, seed=0, vec_env_cls=FORK)
+    try:
+        model = SAC(
+            "MultiInputPolicy",
+            venv,
+            replay_buffer_class=HerReplayBuffer,
+            learning_starts=40,
+            batch_size=16,
+            buffer_size=1000,
+            seed=0,
+            device="cpu",
+            policy_kwargs={"net_arch": [8]},
+        )
+        model.learn(100)
+        assert model.replay_buffer.size() > 0
+    finally:
+        venv.close()
+
+
+def test_make_atari_env(no_leaks):
+    pytest.importorskip("ale_py")
+    import ale_py
+    import gymnasium as gym
+    from stable_baselines3.common.env_util import make_atari_env
+
+    gym.register_envs(ale_py)
+    ref = VecFrameStack(make_atari_env("ALE/Pong-v5", n_envs=2, seed=0), 4)
+    env = VecFrameStack(make_atari_env("ALE/Pong-v5", n_envs=2, seed=0, vec_env_cls=FORK), 4)
+    rng = np.random.default_rng(0)
+    try:
+        assert_step_equal((env.reset(), 0, 0, []), (ref.reset(), 0, 0, []), -1)
+        for t in range(50):
+            actions = sample_actions(env.action_space, 2, rng)
+            assert_step_equal(env.step(actions), ref.step(actions), t)
+    finally:
+        env.close()
+        ref.close()
