@@ -126,7 +126,7 @@ class Ring:
         # buffer object but not a buffer export, so SharedMemory.close() would unmap memory under
         # live arrays (a segfault for copy=False users). This mapping is unmapped only when the last
         # array referencing it is garbage collected.
-        self._mm = mmap.mmap(shm._fd, spec.size)  # type: ignore[attr-defined]
+        self._mm: mmap.mmap | None = mmap.mmap(shm._fd, spec.size)  # type: ignore[attr-defined]
         self._fields = {f.name: f for f in spec.fields}
         base = np.frombuffer(self._mm, dtype=np.uint8)
         self.views: dict[str, np.ndarray] = {
