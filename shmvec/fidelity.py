@@ -63,7 +63,7 @@ def peak(dtype: np.dtype, raw: np.ndarray) -> float:
 
 
 def errors(raw: np.ndarray, decoded: np.ndarray) -> tuple[float, float, float, float]:
-    """``(max_abs_error, mean_abs_error, mse, psnr_db)`` of ``decoded`` against ``raw`` (psnr inf if equal)."""
+    """``(max_abs_error, mean_abs_error, mse, psnr_db)`` of ``decoded`` vs ``raw`` (psnr inf if equal)."""
     diff = np.abs(decoded.astype(np.float64) - raw.astype(np.float64))
     if diff.size == 0:
         return 0.0, 0.0, 0.0, math.inf
@@ -127,7 +127,9 @@ def _as_codec(codec: str | Codec) -> Codec:
     return get(codec) if isinstance(codec, str) else codec
 
 
-def roundtrip(codec: str | Codec, frames: np.ndarray | Sequence[np.ndarray]) -> tuple[np.ndarray, int, float, float]:
+def roundtrip(
+    codec: str | Codec, frames: np.ndarray | Sequence[np.ndarray]
+) -> tuple[np.ndarray, int, float, float]:
     """Encode then decode ``frames`` as one stream; ``(decoded, encoded bytes, encode s, decode s)``."""
     codec = _as_codec(codec)
     frames = np.asarray(frames)
@@ -223,9 +225,7 @@ def _kl(raw: Any, dec: Any) -> float | None:
     return float(kl.mean())
 
 
-def policy_effect(
-    policy: Any, raw: np.ndarray, decoded: np.ndarray, batch_size: int = 64
-) -> PolicyEffect:
+def policy_effect(policy: Any, raw: np.ndarray, decoded: np.ndarray, batch_size: int = 64) -> PolicyEffect:
     """Compare a policy's outputs on raw and on decoded frames.
 
     :param policy: an SB3 model (PPO, A2C: actions, values, KL; DQN: actions, max Q as value) or a
@@ -276,9 +276,7 @@ def collect_frames(env_fn: Callable[[], Any], steps: int, seed: int = 0) -> np.n
     return frames
 
 
-def compare(
-    codecs: Sequence[str | Codec], frames: np.ndarray, policy: Any = None
-) -> list[FidelityReport]:
+def compare(codecs: Sequence[str | Codec], frames: np.ndarray, policy: Any = None) -> list[FidelityReport]:
     """:func:`check` each codec on ``frames`` (and :func:`policy_effect` when a policy is given)."""
     reports = []
     for c in codecs:

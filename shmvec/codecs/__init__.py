@@ -40,7 +40,7 @@ def _load(name: str) -> Callable[..., Codec]:
     if name in _USER:
         return _USER[name]
     module, _, attr = _BUILTIN[name][0].partition(":")
-    return getattr(importlib.import_module(module), attr)  # type: ignore[no-any-return]
+    return getattr(importlib.import_module(module), attr)
 
 
 def _installed(name: str) -> bool:
@@ -77,7 +77,9 @@ def get(name: str, **params: Any) -> Codec:
     return _load(name)(**params)
 
 
-def per_leaf(spec: CodecSpec, leaf_names: list[str], leaf_specs: list[tuple[tuple[int, ...], np.dtype]]) -> list[Codec | None]:
+def per_leaf(
+    spec: CodecSpec, leaf_names: list[str], leaf_specs: list[tuple[tuple[int, ...], np.dtype]]
+) -> list[Codec | None]:
     """The codec of each observation leaf for a ``ShmVecEnv(codec=...)`` argument.
 
     A name or a :class:`Codec` applies to every leaf; a mapping names leaves by Dict key (nested
@@ -91,7 +93,9 @@ def per_leaf(spec: CodecSpec, leaf_names: list[str], leaf_specs: list[tuple[tupl
     if isinstance(spec, Mapping):
         unknown = [k for k in spec if k not in leaf_names]
         if unknown:
-            raise ValueError(f"codec mapping names {unknown[0]!r}, not an observation key; keys: {leaf_names}")
+            raise ValueError(
+                f"codec mapping names {unknown[0]!r}, not an observation key; keys: {leaf_names}"
+            )
         chosen = [spec.get(name) for name in leaf_names]
     else:
         chosen = [spec] * len(leaf_names)

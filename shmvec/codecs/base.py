@@ -36,8 +36,8 @@ class Codec(ABC):
     #: True if the codec releases the GIL while it works, so decoding a batch in threads pays off.
     releases_gil: bool = False
 
-    def check(self, shape: tuple[int, ...], dtype: np.dtype) -> None:
-        """Raise :class:`CodecError` if arrays of this shape and dtype cannot be encoded (default: all can)."""
+    def check(self, shape: tuple[int, ...], dtype: np.dtype) -> None:  # noqa: B027 - optional hook
+        """Raise :class:`CodecError` if this shape and dtype cannot be encoded (default: all can)."""
 
     @abstractmethod
     def max_encoded_size(self, shape: tuple[int, ...], dtype: np.dtype) -> int:
@@ -65,7 +65,7 @@ class Codec(ABC):
         """State for one sequence of frames (one env, one leaf); None for stateless codecs."""
         return None
 
-    def restart(self, stream: Any) -> None:
+    def restart(self, stream: Any) -> None:  # noqa: B027 - optional hook
         """Make the next frame of ``stream`` independent of the previous ones (after an env reset)."""
 
     def params(self) -> dict[str, Any]:
@@ -77,7 +77,7 @@ class Codec(ABC):
         return f"{type(self).__name__}({args})"
 
     def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and other.params() == self.params()  # type: ignore[attr-defined]
+        return type(other) is type(self) and other.params() == self.params()
 
     def __hash__(self) -> int:
         return hash((type(self), tuple(sorted(self.params().items()))))

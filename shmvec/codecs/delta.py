@@ -31,7 +31,7 @@ _SEQ_MASK = 0xFFFFFFFF
 try:
     import numba
 except ImportError:  # pragma: no cover - numba is in the codecs extra
-    numba = None
+    numba = None  # type: ignore[assignment]
 
 
 def _encode_runs(cur: np.ndarray, prev: np.ndarray, runs: np.ndarray) -> int:  # pragma: no cover
@@ -173,7 +173,11 @@ class DeltaCodec(Codec):
         if stream is None:
             raise CodecError("delta is stateful: pass a stream from new_stream() to encode/decode")
         head = data[:_HEADER].tobytes()
-        kind, seq, size = head[0] if head else 0, int.from_bytes(head[1:5], "little"), int.from_bytes(head[5:9], "little")
+        kind, seq, size = (
+            head[0] if head else 0,
+            int.from_bytes(head[1:5], "little"),
+            int.from_bytes(head[5:9], "little"),
+        )
         dst = out_bytes(out)
         if kind == _KEY and size == stream.prev.size * 8:
             self.inner.decompress_into(data[_HEADER:], stream.prev.view(np.uint8))

@@ -75,7 +75,9 @@ class ImageCodec(Codec):
 
         image = cv2.imdecode(data, cv2.IMREAD_UNCHANGED)
         if image is None or image.size != out.size or image.dtype != out.dtype:
-            raise CodecError(f"{self.name}: corrupt data (does not decode to a {out.shape} {out.dtype} image)")
+            raise CodecError(
+                f"{self.name}: corrupt data (does not decode to a {out.shape} {out.dtype} image)"
+            )
         out_bytes(out)[:] = image.reshape(-1).view(np.uint8)
         return out
 
