@@ -177,7 +177,7 @@ class Decoder:
                 if isinstance(part, _LeafDecoder):
                     if final is not None:
                         final.append(self._decode_one(part, 1, i, np.empty(part.leaf.shape, part.leaf.dtype)))
-                    self._decode_one(part, 0, i, out[i])
+                    self._decode_one(part, 0, i, out[i, ...])  # a view, also for 0-d leaves
                 elif final is not None:
                     final.append(part[1][i].copy())
 
