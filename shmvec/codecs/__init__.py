@@ -77,6 +77,24 @@ def get(name: str, **params: Any) -> Codec:
     return _load(name)(**params)
 
 
+def parse(text: str) -> Codec:
+    """Build a codec from ``"name"`` or ``"name:param=value:param=value"`` (numbers become int/float),
+    e.g. ``"jpeg:quality=30"``, ``"delta:backend=lz4"``."""
+    name, *items = text.split(":")
+    params: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ValueError(f"codec parameter {item!r} in {text!r} should be key=value")
+        for convert in (int, float, str):
+            try:
+                params[key] = convert(value)
+                break
+            except ValueError:
+                continue
+    return get(name, **params)
+
+
 def per_leaf(
     spec: CodecSpec, leaf_names: list[str], leaf_specs: list[tuple[tuple[int, ...], np.dtype]]
 ) -> list[Codec | None]:
@@ -113,4 +131,4 @@ def per_leaf(
     return out
 
 
-__all__ = ["Codec", "CodecError", "CodecSpec", "available", "get", "per_leaf", "register"]
+__all__ = ["Codec", "CodecError", "CodecSpec", "available", "get", "parse", "per_leaf", "register"]

@@ -124,7 +124,8 @@ class DeltaCodec(Codec):
         self.backend, self.level, self.key_every = backend, int(level), int(key_every)
 
     def params(self) -> dict[str, Any]:
-        return {"backend": self.backend, "level": self.level, "key_every": self.key_every}
+        level = {"level": self.level} if self.backend == "zstd" else {}
+        return {"backend": self.backend, **level, "key_every": self.key_every}
 
     def max_encoded_size(self, shape: tuple[int, ...], dtype: np.dtype) -> int:
         words = -(-nbytes(shape, dtype) // 8)
