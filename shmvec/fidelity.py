@@ -316,7 +316,7 @@ def load_model(path: str, algo: str = "ppo") -> Any:
     """Load a saved SB3 model (``algo``: ppo, a2c or dqn) on the CPU, for :func:`policy_effect`."""
     import stable_baselines3 as sb3
 
-    classes = {"ppo": sb3.PPO, "a2c": sb3.A2C, "dqn": sb3.DQN}
+    classes: dict[str, Any] = {"ppo": sb3.PPO, "a2c": sb3.A2C, "dqn": sb3.DQN}
     if algo not in classes:
         raise ValueError(f"unknown algorithm {algo!r}; choose from {', '.join(classes)}")
     return classes[algo].load(path, device="cpu")
