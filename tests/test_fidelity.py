@@ -138,3 +138,27 @@ def test_policy_effect_with_a_callable(tiny_frames):
         policy, tiny_frames, np.clip(tiny_frames.astype(int) + 30, 0, 255).astype(np.uint8)
     )
     assert shifted.max_value_change > 0 and shifted.mean_kl > 0
+
+
+def test_codecs_command(tmp_path, capsys, small_cnn_model):
+    from shmvec.cli import main
+
+    model_path = tmp_path / "model.zip"
+    small_cnn_model.save(model_path)
+    out_json = tmp_path / "report.json"
+    argv = ["codecs", "--env", "tests.envs:TinyImageEnv", "--steps", "30", "--codec", "delta:backend=lz4"]
+    argv += ["--codec", "jpeg:quality=5", "--model", str(model_path), "--json", str(out_json)]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "delta backend=lz4" in printed and "jpeg quality=5" in printed and "act chg" in printed
+    reports = json.loads(out_json.read_text())["reports"]
+    delta, jpeg = reports
+    assert delta["bit_exact"] and delta["policy"]["mean_kl"] == 0
+    assert not jpeg["bit_exact"] and jpeg["policy"]["max_value_change"] > 0
+
+
+def test_codecs_command_bad_input(capsys):
+    from shmvec.cli import main
+
+    assert main(["codecs", "--env", "tests.envs:TinyImageEnv", "--steps", "5", "--codec", "nope"]) == 2
+    assert "unknown codec 'nope'" in capsys.readouterr().err
