@@ -1,0 +1,11 @@
+"""Collect ``bench_*.py`` here (they are not in the default test run: testpaths is ``tests``)."""
+
+from __future__ import annotations
+
+import pytest
+
+
+def pytest_collect_file(file_path, parent):
+    if file_path.suffix == ".py" and file_path.name.startswith("bench_"):
+        return pytest.Module.from_parent(parent, path=file_path)
+    return None
