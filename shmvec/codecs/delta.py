@@ -17,6 +17,7 @@ it decoded (a frame was lost, e.g. a step that raised midway; ``reset()`` brings
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,7 +25,8 @@ import numpy as np
 
 from shmvec.codecs.base import Codec, CodecError, byte_view, nbytes, out_bytes
 
-_HEADER = 9
+_HEAD = struct.Struct("<BII")  # kind, frame counter, payload bytes before compression
+_HEADER = _HEAD.size
 _KEY, _DELTA = 1, 2
 _SEQ_MASK = 0xFFFFFFFF
 
@@ -143,8 +145,10 @@ class DeltaCodec(Codec):
     @staticmethod
     def _words(arr: np.ndarray, stream: DeltaStream) -> np.ndarray:
         src = byte_view(arr)
-        if stream.pad is None and src.ctypes.data % 8 == 0:
-            return src.view(np.uint64)
+        if stream.pad is None:
+            words = src.view(np.uint64)
+            if words.flags.aligned:  # the kernels want 8-byte aligned words
+                return words
         if stream.pad is None:
             stream.pad = np.zeros(stream.prev.size, np.uint64)
         stream.pad.view(np.uint8)[: src.size] = src
@@ -163,22 +167,15 @@ class DeltaCodec(Codec):
             kind = _DELTA
             payload = stream.runs[: _encode_runs(cur, stream.prev, stream.runs)]
         stream.since_key += 1
-        size = payload.size * 8
-        out[0] = kind
-        out[1:_HEADER] = np.frombuffer(
-            stream.seq.to_bytes(4, "little") + size.to_bytes(4, "little"), np.uint8
-        )
+        _HEAD.pack_into(out.data, 0, kind, stream.seq, payload.size * 8)
         return _HEADER + self.inner.compress_into(payload.view(np.uint8), out[_HEADER:])
 
     def decode(self, data: np.ndarray, out: np.ndarray, stream: Any = None) -> np.ndarray:
         if stream is None:
             raise CodecError("delta is stateful: pass a stream from new_stream() to encode/decode")
-        head = data[:_HEADER].tobytes()
-        kind, seq, size = (
-            head[0] if head else 0,
-            int.from_bytes(head[1:5], "little"),
-            int.from_bytes(head[5:9], "little"),
-        )
+        if data.size < _HEADER:
+            raise CodecError("delta: corrupt frame header")
+        kind, seq, size = _HEAD.unpack_from(data.data, 0)
         dst = out_bytes(out)
         if kind == _KEY and size == stream.prev.size * 8:
             self.inner.decompress_into(data[_HEADER:], stream.prev.view(np.uint8))
