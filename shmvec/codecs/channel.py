@@ -183,12 +183,10 @@ class Decoder:
 
     def _decode_one(self, part: _LeafDecoder, which: int, i: int, out: np.ndarray) -> np.ndarray:
         enc, length, crc, sample = part.areas[which]
-        what = "terminal observation" if which else "observation"
-        where = f"env {i}, step {self.steps}, key {part.leaf.name!r}: {what}"
         try:
             part.codec.decode(enc[i, : length[i]], out, part.streams[i])
         except CodecError as exc:
-            raise self._mismatch(f"{where} could not be decoded ({exc})", i, part, which) from exc
+            raise self._mismatch(f"could not be decoded ({exc})", i, part, which) from exc
         expected = int(crc[i])
         if expected < 0:
             return out
@@ -196,22 +194,30 @@ class Decoder:
             got = zlib.crc32(byte_view(out).data)
             if got != expected:
                 raise self._mismatch(
-                    f"{where} decoded by {part.codec!r} differs from what the worker encoded "
+                    f"decoded by {part.codec!r} differs from what the worker encoded "
                     f"(crc32 {got:#010x}, worker {expected:#010x})",
                     i,
                     part,
                     which,
                 )
             return out
-        self._check_lossy(where, part, sample[i], out)
+        self._check_lossy(i, part, which, sample[i], out)
         return out
+
+    def _where(self, i: int, part: _LeafDecoder, which: int) -> str:
+        what = "terminal observation" if which else "observation"
+        return f"env {i}, step {self.steps}, key {part.leaf.name!r}: {what}"
 
     def _mismatch(self, message: str, i: int, part: _LeafDecoder, which: int) -> CodecMismatchError:
         return CodecMismatchError(
-            message, env_index=i, step=self.steps, key=part.leaf.name, terminal=bool(which)
+            f"{self._where(i, part, which)} {message}",
+            env_index=i,
+            step=self.steps,
+            key=part.leaf.name,
+            terminal=bool(which),
         )
 
-    def _check_lossy(self, where: str, part: _LeafDecoder, raw: np.ndarray, out: np.ndarray) -> None:
+    def _check_lossy(self, i: int, part: _LeafDecoder, which: int, raw: np.ndarray, out: np.ndarray) -> None:
         from shmvec.fidelity import errors
 
         assert self.tolerance is not None
@@ -219,7 +225,7 @@ class Decoder:
         breach = self.tolerance.breach(max_abs, psnr)
         if breach is None:
             return
-        message = f"{where} through {part.codec!r} is outside the tolerance: {breach}"
+        message = f"{self._where(i, part, which)} through {part.codec!r} is outside the tolerance: {breach}"
         if self.tolerance.on_breach == "raise":
             raise FidelityError(message)
         warnings.warn(message, FidelityWarning, stacklevel=4)
