@@ -100,7 +100,7 @@ def test_shmvec_pong_interleaved(benchmark):
     shared machine hits all three alike; prints medians, ranges and per-round ratios."""
     from shmvec.bench.runner import measure_steps_per_s
 
-    repeats, seconds = 5, 3.0
+    repeats, seconds = 7, 3.0
     samples: dict[str, list[float]] = {v: [] for v in VARIANTS}
     for r in range(repeats):
         for variant, args in VARIANTS.items():

@@ -162,3 +162,15 @@ def test_codecs_command_bad_input(capsys):
 
     assert main(["codecs", "--env", "tests.envs:TinyImageEnv", "--steps", "5", "--codec", "nope"]) == 2
     assert "unknown codec 'nope'" in capsys.readouterr().err
+
+
+def test_camera_frames_are_hard_for_lossless_codecs():
+    from shmvec.fidelity import default_codecs
+    from shmvec.synthetic import CameraEnv
+
+    frames = collect_frames(functools.partial(CameraEnv, (64, 64, 3)), 6)
+    assert frames.shape == (6, 64, 64, 3) and frames.dtype == np.uint8
+    assert not np.array_equal(frames[1], frames[2])  # sensor noise: every frame differs
+    names = [c.name for c in default_codecs(frames.shape[1:], frames.dtype)]
+    assert {"raw", "lz4", "delta", "png", "jpeg"} <= set(names)
+    assert check("delta", frames, warmup=0).compression_ratio < 3
