@@ -226,3 +226,8 @@ def test_verify_every_zero_does_not_check(no_leaks, monkeypatch):
     with ShmVecEnv(fns, "fork", n_workers=1, codec="raw", verify_every=0) as env:
         env.reset()
         env.step(np.zeros(2, np.int64))  # corrupted, unnoticed: what verification is for
+
+
+def test_codecs_travel_to_forkserver_workers(no_leaks):
+    # The codecs are pickled to the workers (zstd contexts are rebuilt there, numba kernels loaded).
+    run_both(DICT, 3, steps=20, start_method="forkserver", n_workers=2, codec="delta", verify_every=1)
