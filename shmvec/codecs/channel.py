@@ -19,7 +19,7 @@ from __future__ import annotations
 import warnings
 import zlib
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -166,7 +166,9 @@ class Decoder:
         if self.pool is None:
             self._decode_envs(range(self.n_envs), outs, finals)
         else:
-            for future in [self.pool.submit(self._decode_envs, c, outs, finals) for c in self.chunks]:
+            futures = [self.pool.submit(self._decode_envs, c, outs, finals) for c in self.chunks]
+            wait(futures)  # all of them, even when one fails: none may still run during the next step
+            for future in futures:
                 future.result()
         return results, finals
 
