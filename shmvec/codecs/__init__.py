@@ -21,7 +21,7 @@ _BUILTIN: dict[str, tuple[str, tuple[str, ...]]] = {
     "raw": ("shmvec.codecs.raw:RawCodec", ()),
     "lz4": ("shmvec.codecs.byte:LZ4Codec", ("lz4.block",)),
     "zstd": ("shmvec.codecs.byte:ZstdCodec", ("zstandard",)),
-    "delta": ("shmvec.codecs.delta:DeltaCodec", ("zstandard", "lz4.block")),
+    "delta": ("shmvec.codecs.delta:DeltaCodec", ("zstandard", "lz4.block", "numba")),
     "png": ("shmvec.codecs.image:PNGCodec", ("cv2",)),
     "jpeg": ("shmvec.codecs.image:JPEGCodec", ("cv2",)),
     "webp": ("shmvec.codecs.image:WebPCodec", ("cv2",)),

@@ -21,6 +21,7 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
+import numba
 import numpy as np
 
 from shmvec.codecs.base import Codec, CodecError, byte_view, nbytes, out_bytes
@@ -29,11 +30,6 @@ _HEAD = struct.Struct("<BII")  # kind, frame counter, payload bytes before compr
 _HEADER = _HEAD.size
 _KEY, _DELTA = 1, 2
 _SEQ_MASK = 0xFFFFFFFF
-
-try:
-    import numba
-except ImportError:  # pragma: no cover - numba is in the codecs extra
-    numba = None  # type: ignore[assignment]
 
 
 def _encode_runs(cur: np.ndarray, prev: np.ndarray, runs: np.ndarray) -> int:  # pragma: no cover
@@ -81,9 +77,10 @@ def _apply_runs(runs: np.ndarray, m: int, prev: np.ndarray) -> None:  # pragma: 
         w += length
 
 
-if numba is not None:
-    _encode_runs = numba.njit(nogil=True, cache=True)(_encode_runs)
-    _apply_runs = numba.njit(nogil=True, cache=True)(_apply_runs)
+# Compiled once per machine (cache=True keeps the machine code next to this file, or in numba's
+# user cache when that is read-only); nogil so that a batch decodes in parallel threads.
+_encode_runs = numba.njit(nogil=True, cache=True)(_encode_runs)
+_apply_runs = numba.njit(nogil=True, cache=True)(_apply_runs)
 
 
 @dataclass
