@@ -160,7 +160,8 @@ def test_corrupt_bytes_are_an_error_not_garbage():
 
 IMAGE = functools.partial(SyntheticImageEnv, (24, 20, 3), episode_len=(3, 9))
 DICT = functools.partial(make_dict_env, 12, 8)
-ENV_CODECS = ["lz4", "zstd", "delta", "png", C.get("delta", backend="lz4", key_every=4)]
+ENV_CODECS = ["raw", "lz4", "zstd", "delta", "png", C.get("delta", backend="lz4", key_every=4)]
+ENV_CODECS += [C.get("webp", quality=101)] if "webp" in C.available() else []
 
 
 @pytest.mark.parametrize("codec", ENV_CODECS, ids=str)
