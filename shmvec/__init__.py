@@ -11,8 +11,11 @@ from typing import TYPE_CHECKING, Any
 from shmvec._version import __version__
 from shmvec.errors import (
     ClosedError,
+    CodecMismatchError,
     EnvError,
     EnvTimeoutError,
+    FidelityError,
+    FidelityWarning,
     ObservationError,
     SharedMemoryTooSmallError,
     ShmVecEnvError,
@@ -25,8 +28,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ClosedError",
+    "CodecMismatchError",
     "EnvError",
     "EnvTimeoutError",
+    "FidelityError",
+    "FidelityWarning",
     "ObservationError",
     "SharedMemoryTooSmallError",
     "ShmVecEnv",

@@ -121,3 +121,29 @@ class SharedMemoryTooSmallError(ShmVecEnvError, MemoryError):
 
 class ClosedError(ShmVecEnvError):
     """The VecEnv was used after ``close()`` (or after a crash closed it)."""
+
+
+class CodecMismatchError(ShmVecEnvError):
+    """A decoded observation differs from what the worker encoded (checksum mismatch, corrupt or
+    out-of-step encoded bytes). Names the env, the step and the observation key.
+
+    :param env_index: the env whose observation failed.
+    :param step: ``step()`` calls since the VecEnv was created (0 for the first ``reset()``).
+    :param key: the observation leaf (``"obs"`` for a plain space, else the Dict/Tuple key path).
+    :param terminal: True if it was the terminal observation of an episode.
+    """
+
+    def __init__(self, message: str, *, env_index: int, step: int, key: str, terminal: bool) -> None:
+        super().__init__(message)
+        self.env_index = env_index
+        self.step = step
+        self.key = key
+        self.terminal = terminal
+
+
+class FidelityError(ShmVecEnvError):
+    """A lossy codec changed a sampled observation more than the user's ``Tolerance`` allows."""
+
+
+class FidelityWarning(UserWarning):
+    """Like :class:`FidelityError`, for a ``Tolerance(on_breach="warn")``."""

@@ -13,6 +13,14 @@ field           shape                                written by
 ``actions``     ``(n_envs, *action_shape)``           main, when the action space is array-shaped
 ==============  ===================================  =========================================
 
+A leaf with a codec (``ShmVecEnv(codec=...)``) has no ``obs<j>``/``final<j>``; instead, for the
+step's observation (prefix ``""``) and the terminal one (prefix ``"f"``), see
+:mod:`shmvec.codecs.channel`: ``<p>enc<j>`` ``(n_envs, bound)`` uint8 encoded bytes (each env's row
+sized by the codec's worst case), ``<p>len<j>`` ``(n_envs,)`` byte counts, ``<p>crc<j>`` ``(n_envs,)``
+checksums of sampled raw observations (-1: not sampled) and, for a lossy codec, ``<p>sample<j>``
+``(n_envs, *shape)`` the sampled raw observations. These have no slot dimension: the main process
+decodes them in the ``step_wait``/``reset`` that reports them.
+
 The slot index advances on every ``reset``/``step``. With ``copy=False`` the arrays returned
 ``n_slots - 1`` calls ago are not overwritten yet; with ``copy=True`` a slot is lent to the caller
 and skipped until nothing references its arrays any more (see ``ShmVecEnv``). Terminal
@@ -29,13 +37,18 @@ import contextlib
 import mmap
 import os
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from multiprocessing import resource_tracker, shared_memory
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from shmvec.errors import SharedMemoryTooSmallError
 from shmvec.layout import Leaf
+
+if TYPE_CHECKING:
+    from shmvec.codecs import Codec
 
 _ALIGN = 64
 _SHM_DIR = "/dev/shm"
@@ -67,13 +80,31 @@ class RingSpec:
 
 
 def plan_fields(
-    obs_leaves: list[Leaf], n_envs: int, n_slots: int, action_leaf: Leaf | None
+    obs_leaves: list[Leaf],
+    n_envs: int,
+    n_slots: int,
+    action_leaf: Leaf | None,
+    codecs: Sequence[Codec | None] | None = None,
 ) -> tuple[list[tuple[str, tuple[int, ...], np.dtype]], int]:
-    """The ring's fields and the segment size in bytes, before anything is allocated."""
+    """The ring's fields and the segment size in bytes, before anything is allocated.
+
+    :param codecs: one codec (or None: raw arrays) per observation leaf; None for no codec at all.
+    """
     wanted: list[tuple[str, tuple[int, ...], np.dtype]] = []
     for j, leaf in enumerate(obs_leaves):
-        wanted.append((f"obs{j}", (n_slots, n_envs, *leaf.shape), leaf.dtype))
-        wanted.append((f"final{j}", (n_envs, *leaf.shape), leaf.dtype))
+        codec = codecs[j] if codecs else None
+        if codec is None:
+            wanted.append((f"obs{j}", (n_slots, n_envs, *leaf.shape), leaf.dtype))
+            wanted.append((f"final{j}", (n_envs, *leaf.shape), leaf.dtype))
+            continue
+        # Rows rounded up to the alignment so envs of different workers never share a cache line.
+        bound = _aligned(codec.max_encoded_size(leaf.shape, leaf.dtype))
+        for p in ("", "f"):
+            wanted.append((f"{p}enc{j}", (n_envs, bound), np.dtype(np.uint8)))
+            wanted.append((f"{p}len{j}", (n_envs,), np.dtype(np.int64)))
+            wanted.append((f"{p}crc{j}", (n_envs,), np.dtype(np.int64)))
+            if not codec.lossless:
+                wanted.append((f"{p}sample{j}", (n_envs, *leaf.shape), leaf.dtype))
     wanted.append(("rewards", (n_slots, n_envs), np.dtype(np.float64)))
     wanted.append(("terminated", (n_slots, n_envs), np.dtype(bool)))
     wanted.append(("truncated", (n_slots, n_envs), np.dtype(bool)))
@@ -135,9 +166,16 @@ class Ring:
         }
 
     @classmethod
-    def create(cls, obs_leaves: list[Leaf], n_envs: int, n_slots: int, action_leaf: Leaf | None) -> Ring:
+    def create(
+        cls,
+        obs_leaves: list[Leaf],
+        n_envs: int,
+        n_slots: int,
+        action_leaf: Leaf | None,
+        codecs: Sequence[Codec | None] | None = None,
+    ) -> Ring:
         """Allocate a zeroed segment for ``n_envs`` envs and ``n_slots`` slots (main process)."""
-        wanted, size = plan_fields(obs_leaves, n_envs, n_slots, action_leaf)
+        wanted, size = plan_fields(obs_leaves, n_envs, n_slots, action_leaf, codecs)
         check_free_space(size)
         shm = shared_memory.SharedMemory(create=True, size=size)
         fields, offset = [], 0

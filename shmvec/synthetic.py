@@ -84,3 +84,71 @@ class SyntheticImageEnv(gym.Env):
 
     def render(self) -> np.ndarray:
         return self._frame[..., :3].copy() if self._frame.ndim == 3 else self._frame.copy()
+
+
+class CameraEnv(gym.Env):
+    """Camera-like frames: a smooth random texture that pans a few pixels per step, plus sensor noise.
+
+    Stands in for natural-image observations (real cameras, rendered 3-D scenes), where almost every
+    pixel changes every step and lossless codecs win little; see README, "Codecs".
+
+    :param shape: ``(H, W, 3)`` frame shape (default 256 x 256 x 3).
+    :param noise: standard deviation of the per-frame Gaussian sensor noise, in grey levels (default 2).
+    :param episode_len: steps per episode (default 200; ends by truncation).
+    """
+
+    def __init__(
+        self, shape: tuple[int, int, int] = (256, 256, 3), noise: float = 2.0, episode_len: int = 200
+    ) -> None:
+        self.shape = tuple(shape)
+        self.noise = noise
+        self.episode_len = episode_len
+        self.observation_space = spaces.Box(0, 255, self.shape, np.uint8)
+        self.action_space = spaces.Discrete(5)  # stay, pan up / down / left / right
+        self._t = 0
+        self._pos = np.zeros(2, np.int64)
+        self._scene = np.zeros((2 * self.shape[0], 2 * self.shape[1], self.shape[2]), np.float32)
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict]:
+        super().reset(seed=seed)
+        rng = self.np_random
+        h, w, c = self._scene.shape
+        # Smooth noise octaves: brightness shared by the channels (as in photos, where colour
+        # varies more slowly than brightness), plus a coarse colour tint per channel.
+        scene = np.zeros((h, w, c), np.float32)
+        for cell, weight, channels in ((64, 50.0, 1), (16, 25.0, 1), (4, 12.0, 1), (64, 25.0, c)):
+            coarse = rng.standard_normal((-(-h // cell), -(-w // cell), channels)).astype(np.float32)
+            scene += weight * _smooth_upsample(coarse, cell, h, w)
+        self._scene = scene + 128
+        self._pos = rng.integers(0, [h - self.shape[0], w - self.shape[1]])
+        self._t = 0
+        return self._frame(), {}
+
+    def _frame(self) -> np.ndarray:
+        y, x = self._pos
+        view = self._scene[y : y + self.shape[0], x : x + self.shape[1]]
+        noisy = view + self.np_random.normal(0, self.noise, view.shape).astype(np.float32)
+        return np.clip(noisy, 0, 255).astype(np.uint8)
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
+        moves = ((0, 0), (-3, 0), (3, 0), (0, -3), (0, 3))
+        limit = np.array(self._scene.shape[:2]) - self.shape[:2]
+        self._pos = np.clip(self._pos + moves[int(action)], 0, limit)
+        self._t += 1
+        return self._frame(), 0.0, False, self._t >= self.episode_len, {}
+
+
+def _smooth_upsample(coarse: np.ndarray, cell: int, h: int, w: int) -> np.ndarray:
+    """Repeat each value ``cell`` times along both axes, then box-blur with a ``cell`` window (no
+    blocky edges), cropped to ``(h, w)``."""
+    out = np.repeat(np.repeat(coarse, cell, 0), cell, 1)
+    for axis in (0, 1):
+        padded = np.concatenate([np.take(out, [0] * cell, axis=axis), out], axis=axis)
+        csum = np.cumsum(padded, axis=axis, dtype=np.float64)
+        n = out.shape[axis]
+        upper = np.take(csum, range(cell, cell + n), axis=axis)
+        lower = np.take(csum, range(0, n), axis=axis)
+        out = ((upper - lower) / cell).astype(np.float32)
+    return out[:h, :w]

@@ -11,7 +11,7 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from multiprocessing.connection import Connection, wait
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 import gymnasium as gym
@@ -24,6 +24,8 @@ from stable_baselines3.common.vec_env.base_vec_env import (
     VecEnvStepReturn,
 )
 
+from shmvec.codecs import Codec, CodecSpec
+from shmvec.codecs.channel import Decoder
 from shmvec.errors import (
     ClosedError,
     EnvError,
@@ -35,6 +37,9 @@ from shmvec.layout import Leaf, leaves, unflatten
 from shmvec.protocol import RemoteError
 from shmvec.ring import Ring
 from shmvec.worker import thread_env, worker_main
+
+if TYPE_CHECKING:
+    from shmvec.fidelity import Tolerance
 
 _ARRAY_ACTION_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
 # How long close() lets a worker finish its current command and exit before terminating it (s).
@@ -77,8 +82,12 @@ class _Resources:
         self.processes: list[Any] = []
         self.remotes: list[Connection] = []
         self.ring: Ring | None = None
+        self.decoder: Decoder | None = None
 
     def release(self, graceful: bool = True) -> None:
+        if self.decoder is not None:
+            self.decoder.close()
+            self.decoder = None
         if graceful:
             for remote in self.remotes:
                 with suppress(OSError, ValueError):
@@ -145,6 +154,20 @@ class ShmVecEnv(VecEnv):
         (default None: wait as long as the worker lives; a dead worker is noticed at once either way).
     :param reward_dtype: dtype of the returned rewards (default float32, as DummyVecEnv; float64 gives
         the values SubprocVecEnv returns for float rewards).
+    :param codec: compress observations in the workers and decode them here (default None: raw arrays,
+        no extra work). A registry name (``"delta"``, ``"lz4"``, ``"zstd"``, ``"png"``...), a
+        :class:`shmvec.codecs.Codec` (``shmvec.codecs.get("zstd", level=3)``), or a mapping from Dict
+        keys (nested keys joined by ``.``) to either, other keys staying raw. A lossy codec needs
+        ``tolerance``. See README, "Codecs", for when this is faster and when it is not.
+    :param verify_every: with a codec, every this many frames of each env (default 100) the worker
+        sends a crc32 of the raw observation (lossy codecs: the raw observation itself) and the
+        decoded one is checked against it: :class:`shmvec.CodecMismatchError` names env, step and key.
+        1 checks every frame (debug mode); 0 never.
+    :param tolerance: a :class:`shmvec.fidelity.Tolerance` (minimum PSNR and/or maximum absolute
+        error, raise or warn) that a lossy codec's sampled frames must meet. Without one, a lossy codec
+        is refused (ValueError).
+    :param decode_threads: threads decoding a batch in parallel (default None: as many as usable CPUs
+        when every codec releases the GIL, else 1).
     """
 
     def __init__(
@@ -158,6 +181,10 @@ class ShmVecEnv(VecEnv):
         worker_threads: int | None = 1,
         timeout: float | None = None,
         reward_dtype: type | np.dtype = np.float32,
+        codec: CodecSpec = None,
+        verify_every: int = 100,
+        tolerance: Tolerance | None = None,
+        decode_threads: int | None = None,
     ) -> None:
         self.closed = True  # until start-up succeeds, close() has nothing of ours to do
         self.waiting = False
@@ -177,6 +204,8 @@ class ShmVecEnv(VecEnv):
             raise ValueError(f"n_slots must be >= 1, got {n_slots}")
         if not copy and n_slots < 2:
             raise ValueError("copy=False needs n_slots >= 2: SB3 keeps the previous observation one step")
+        if verify_every < 0:
+            raise ValueError(f"verify_every must be >= 0 (0: never verify), got {verify_every}")
         if timeout is not None and timeout <= 0:
             raise ValueError(f"timeout must be > 0 seconds or None, got {timeout}")
         if start_method is None:
@@ -201,9 +230,17 @@ class ShmVecEnv(VecEnv):
             obs_space, act_space = self._start(ctx, env_fns, worker_threads)
             self._obs_leaves: list[Leaf] = leaves(obs_space)
             self._action_leaf = self._array_action_leaf(act_space)
-            self._res.ring = Ring.create(self._obs_leaves, n_envs, n_slots, self._action_leaf)
+            codecs = self._leaf_codecs(codec, tolerance)
+            self._res.ring = Ring.create(self._obs_leaves, n_envs, n_slots, self._action_leaf, codecs)
             self.closed = False
-            self._call_all("attach", [self._res.ring.spec] * n_workers)
+            self._call_all("attach", [(self._res.ring.spec, codecs, verify_every)] * n_workers)
+            if codecs is not None:
+                if decode_threads is None:
+                    gil_free = all(c is None or c.releases_gil for c in codecs)
+                    decode_threads = usable_cpus() if gil_free else 1
+                self._res.decoder = Decoder(
+                    codecs, self._obs_leaves, self._res.ring, n_envs, n_slots, copy, tolerance, decode_threads
+                )
             super().__init__(n_envs, obs_space, act_space)
             # Like DummyVecEnv: VecVideoRecorder and others read render_fps from the env's metadata.
             self.metadata = self.get_attr("metadata", indices=[0])[0]
@@ -212,6 +249,9 @@ class ShmVecEnv(VecEnv):
             self._finalizer()
             raise
         ring = self._res.ring
+        self._decoder = self._res.decoder
+        if self._decoder is not None:
+            return
         self._obs_views = [ring.obs(j) for j in range(len(self._obs_leaves))]
         self._final_views = [ring.final(j) for j in range(len(self._obs_leaves))]
         if not copy:
@@ -253,6 +293,18 @@ class ShmVecEnv(VecEnv):
                     f"space {a}, env 0 has {obs_space} and {act_space}"
                 )
         return obs_space, act_space
+
+    def _leaf_codecs(self, codec: CodecSpec, tolerance: Tolerance | None) -> tuple[Codec | None, ...] | None:
+        """The codec of each observation leaf, or None when nothing is encoded (the default path)."""
+        if codec is None:
+            return None
+        from shmvec.codecs import per_leaf
+        from shmvec.codecs.channel import check_lossy
+
+        names = [leaf.name for leaf in self._obs_leaves]
+        codecs = per_leaf(codec, names, [(leaf.shape, leaf.dtype) for leaf in self._obs_leaves])
+        check_lossy(codecs, names, tolerance)
+        return None if all(c is None for c in codecs) else tuple(codecs)
 
     @staticmethod
     def _array_action_leaf(action_space: spaces.Space) -> Leaf | None:
@@ -485,6 +537,11 @@ class ShmVecEnv(VecEnv):
         time_limit = (truncated & ~terminated).tolist()
         for i, info in enumerate(infos):
             info["TimeLimit.truncated"] = time_limit[i]
+        if self._decoder is not None:
+            arrays, finals = self._decoder.read(slot, np.flatnonzero(dones).tolist(), is_step=True)
+            for i, final in finals.items():
+                infos[i]["terminal_observation"] = unflatten(self.observation_space, iter(final))
+            return unflatten(self.observation_space, iter(arrays)), rewards, dones, infos
         for i in np.flatnonzero(dones):
             infos[i]["terminal_observation"] = unflatten(
                 self.observation_space, (view[i].copy() for view in self._final_views)
@@ -492,6 +549,8 @@ class ShmVecEnv(VecEnv):
         return self._read_obs(slot), rewards, dones, infos
 
     def _read_obs(self, slot: int) -> VecEnvObs:
+        if self._decoder is not None:
+            return unflatten(self.observation_space, iter(self._decoder.read(slot, (), is_step=False)[0]))
         arrays: Iterator[np.ndarray] | list[np.ndarray]
         if not self.copy:
             arrays = (view[slot] for view in self._obs_views)

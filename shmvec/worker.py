@@ -18,7 +18,7 @@ import signal
 import sys
 from collections.abc import Callable
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 import gymnasium as gym
@@ -27,6 +27,10 @@ import numpy as np
 from shmvec.layout import Leaf, flatten, leaves, write_leaf
 from shmvec.protocol import READY, RemoteError
 from shmvec.ring import Ring, RingSpec
+
+if TYPE_CHECKING:
+    from shmvec.codecs import Codec
+    from shmvec.codecs.channel import LeafEncoder
 
 _THREAD_VARS = (
     "OMP_NUM_THREADS",
@@ -118,14 +122,32 @@ class _Worker:
         self.space = envs[0].observation_space
         self.leaves: list[Leaf] = []
         self.ring: Ring | None = None
+        self.obs: list[Any] = []  # per leaf: the batched ring array, or an EncodedArea
+        self.final: list[Any] = []
+        self.encoders: list[LeafEncoder] = []
 
-    def attach(self, spec: RingSpec) -> None:
+    def attach(self, payload: tuple[RingSpec, tuple[Codec | None, ...] | None, int]) -> None:
+        """Map the ring. ``payload``: the ring spec, the codec of each leaf (None: no codec at all)
+        and how often to checksum encoded frames (see :mod:`shmvec.codecs.channel`)."""
+        spec, codecs, verify_every = payload
         # The main process has checked the space can be laid out before sending the ring.
         self.leaves = leaves(self.space)
         self.ring = Ring.attach(spec)
         lo, hi = self.first_env, self.first_env + len(self.envs)
-        self.obs = [self.ring.obs(j)[:, lo:hi] for j in range(spec.n_obs_leaves)]
-        self.final = [self.ring.final(j)[lo:hi] for j in range(spec.n_obs_leaves)]
+        self.obs, self.final = [], []
+        for j, leaf in enumerate(self.leaves):
+            codec = codecs[j] if codecs else None
+            if codec is None:
+                self.obs.append(self.ring.obs(j)[:, lo:hi])
+                self.final.append(self.ring.final(j)[lo:hi])
+                continue
+            # Imported only with a codec: the default path loads nothing more in the worker.
+            from shmvec.codecs.channel import LeafEncoder
+
+            encoder = LeafEncoder(codec, leaf, self.ring, j, range(lo, hi), verify_every)
+            self.encoders.append(encoder)
+            self.obs.append(encoder.obs)
+            self.final.append(encoder.final)
         self.rewards = self.ring.views["rewards"][:, lo:hi]
         self.terminated = self.ring.views["terminated"][:, lo:hi]
         self.truncated = self.ring.views["truncated"][:, lo:hi]
@@ -156,6 +178,8 @@ class _Worker:
                 # The terminal observation goes to its own area before the reset obs fills the slot.
                 self.write(self.final, i, obs)
                 obs, reset_info = env.reset()
+                for encoder in self.encoders:
+                    encoder.restart(i)
             self.write(obs_slot, i, obs)
             rewards[i] = reward
             terminated[i] = term
@@ -173,6 +197,8 @@ class _Worker:
             self.current = i
             maybe_options = {"options": options[i]} if options[i] else {}
             obs, info = env.reset(seed=seeds[i], **maybe_options)
+            for encoder in self.encoders:
+                encoder.restart(i)
             self.write(obs_slot, i, obs)
             infos.append(info)
         self.current = None
@@ -215,6 +241,7 @@ class _Worker:
                 env.close()
         # Views into the mapping must go before it can be unmapped.
         self.obs = self.final = []
+        self.encoders = []
         if self.ring is not None:
             self.ring.close()
 

@@ -1,0 +1,13 @@
+"""Collect ``bench_*.py`` here (they are not in the default test run: testpaths is ``tests``)."""
+
+from __future__ import annotations
+
+import pytest
+
+
+def pytest_collect_file(file_path, parent):
+    # A file named on the command line is collected by pytest itself.
+    initial = parent.session.isinitpath(file_path)
+    if file_path.suffix == ".py" and file_path.name.startswith("bench_") and not initial:
+        return pytest.Module.from_parent(parent, path=file_path)
+    return None

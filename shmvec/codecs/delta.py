@@ -1,0 +1,191 @@
+"""``delta``: each frame as the words that changed since the same env's previous frame, then lz4/zstd.
+
+Consecutive Atari frames differ in a few hundred bytes. A numba kernel compares the frame with the
+env's previous one 8 bytes at a time and writes only the changed words, as runs: one header word
+(``skip << 32 | length``, in words) followed by the XOR of each changed word with the old one. XOR
+is exact for every dtype (it works on the bytes) and its own inverse. The runs are then compressed
+by lz4 or zstd. Writing runs instead of a full XOR frame keeps both sides at one pass over the frame
+plus the compression of a few hundred bytes (a full-frame XOR then zstd costs 2-3x more time).
+
+Every encoded frame starts with a 9-byte header: byte 0 the kind (key frame or delta), bytes 1-4 a
+little-endian frame counter, bytes 5-8 the payload size before compression. A key frame carries the
+whole frame: it is sent for the first frame of a stream, after :meth:`DeltaCodec.restart` (the worker
+calls it after every env reset) and every ``key_every`` frames. The decoder never guesses: it takes
+a key frame as its new reference, and refuses a delta whose counter does not follow the last frame
+it decoded (a frame was lost, e.g. a step that raised midway; ``reset()`` brings streams back in step).
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+import numba
+import numpy as np
+
+from shmvec.codecs.base import Codec, CodecError, byte_view, nbytes, out_bytes
+
+_HEAD = struct.Struct("<BII")  # kind, frame counter, payload bytes before compression
+_HEADER = _HEAD.size
+_KEY, _DELTA = 1, 2
+_SEQ_MASK = 0xFFFFFFFF
+
+
+def _encode_runs(cur: np.ndarray, prev: np.ndarray, runs: np.ndarray) -> int:  # pragma: no cover
+    """Write the runs of words where ``cur`` differs from ``prev`` into ``runs``; set ``prev = cur``.
+
+    All arrays are uint64; ``runs`` has room for ``cur.size + 1`` words (the worst case: runs of one
+    changed word each, separated by one unchanged word). Returns the number of words written.
+    """
+    m = 0
+    w = 0
+    last = 0
+    nw = cur.size
+    while w < nw:
+        if cur[w] == prev[w]:
+            w += 1
+            continue
+        start = w
+        while w < nw and cur[w] != prev[w]:
+            w += 1
+        runs[m] = (np.uint64(start - last) << np.uint64(32)) | np.uint64(w - start)
+        m += 1
+        for k in range(start, w):
+            runs[m] = cur[k] ^ prev[k]
+            prev[k] = cur[k]
+            m += 1
+        last = w
+    return m
+
+
+def _apply_runs(runs: np.ndarray, m: int, prev: np.ndarray) -> None:  # pragma: no cover
+    """XOR the first ``m`` words of runs made by :func:`_encode_runs` into ``prev``."""
+    i = 0
+    w = 0
+    mask = np.uint64(0xFFFFFFFF)
+    while i < m:
+        head = runs[i]
+        w += int(head >> np.uint64(32))
+        length = int(head & mask)
+        i += 1
+        if w + length > prev.size or i + length > m:
+            return  # corrupt runs: the caller's checksum (if any) reports it
+        for k in range(length):
+            prev[w + k] ^= runs[i + k]
+        i += length
+        w += length
+
+
+# Compiled once per machine (cache=True keeps the machine code next to this file, or in numba's
+# user cache when that is read-only); nogil so that a batch decodes in parallel threads.
+_encode_runs = numba.njit(nogil=True, cache=True)(_encode_runs)
+_apply_runs = numba.njit(nogil=True, cache=True)(_apply_runs)
+
+
+@dataclass
+class DeltaStream:
+    """One env's delta state: its reference frame (padded to whole words), a runs buffer, counters."""
+
+    prev: np.ndarray  # uint64 words; bytes past the frame's size stay zero
+    runs: np.ndarray  # uint64 scratch for the runs (encoder) or the decompressed payload (decoder)
+    pad: np.ndarray | None  # word-aligned copy of a frame whose size or address is not a multiple of 8
+    seq: int = -1  # counter of the last frame encoded/decoded; -1 = none yet
+    since_key: int = 0
+    need_key: bool = True
+
+
+class DeltaCodec(Codec):
+    """Lossless temporal codec: per-env changed words against the previous frame, then lz4 or zstd.
+
+    :param backend: ``"zstd"`` (default; smaller output) or ``"lz4"`` (faster, larger output).
+    :param level: zstd level (default 1); ignored for lz4.
+    :param key_every: a key frame at least every this many frames of a stream (default 256), besides
+        the one after every reset; bounds how long a stale reference could last.
+    """
+
+    name = "delta"
+    lossless = True
+    releases_gil = True
+
+    def __init__(self, backend: str = "zstd", level: int = 1, key_every: int = 256) -> None:
+        from shmvec.codecs.byte import ByteCodec, LZ4Codec, ZstdCodec
+
+        if key_every < 1:
+            raise ValueError(f"key_every must be >= 1, got {key_every}")
+        self.inner: ByteCodec
+        if backend == "zstd":
+            self.inner = ZstdCodec(level)
+        elif backend == "lz4":
+            self.inner = LZ4Codec()
+        else:
+            raise ValueError(f"delta backend must be 'zstd' or 'lz4', got {backend!r}")
+        self.backend, self.level, self.key_every = backend, int(level), int(key_every)
+
+    def params(self) -> dict[str, Any]:
+        level = {"level": self.level} if self.backend == "zstd" else {}
+        return {"backend": self.backend, **level, "key_every": self.key_every}
+
+    def max_encoded_size(self, shape: tuple[int, ...], dtype: np.dtype) -> int:
+        words = -(-nbytes(shape, dtype) // 8)
+        return _HEADER + self.inner.bound(8 * (words + 1))
+
+    def new_stream(self, shape: tuple[int, ...], dtype: np.dtype) -> DeltaStream:
+        n = nbytes(shape, dtype)
+        words = -(-n // 8)
+        pad = np.zeros(words, np.uint64) if n % 8 else None
+        return DeltaStream(np.zeros(words, np.uint64), np.zeros(words + 1, np.uint64), pad)
+
+    def restart(self, stream: DeltaStream) -> None:
+        stream.need_key = True
+
+    @staticmethod
+    def _words(arr: np.ndarray, stream: DeltaStream) -> np.ndarray:
+        src = byte_view(arr)
+        if stream.pad is None:
+            words = src.view(np.uint64)
+            if words.flags.aligned:  # the kernels want 8-byte aligned words
+                return words
+        if stream.pad is None:
+            stream.pad = np.zeros(stream.prev.size, np.uint64)
+        stream.pad.view(np.uint8)[: src.size] = src
+        return stream.pad
+
+    def encode(self, arr: np.ndarray, out: np.ndarray, stream: Any = None) -> int:
+        if stream is None:
+            raise CodecError("delta is stateful: pass a stream from new_stream() to encode/decode")
+        cur = self._words(arr, stream)
+        stream.seq = (stream.seq + 1) & _SEQ_MASK
+        if stream.need_key or stream.since_key >= self.key_every:
+            kind, payload = _KEY, cur
+            stream.prev[:] = cur
+            stream.need_key, stream.since_key = False, 0
+        else:
+            kind = _DELTA
+            payload = stream.runs[: _encode_runs(cur, stream.prev, stream.runs)]
+        stream.since_key += 1
+        _HEAD.pack_into(out.data, 0, kind, stream.seq, payload.size * 8)
+        return _HEADER + self.inner.compress_into(payload.view(np.uint8), out[_HEADER:])
+
+    def decode(self, data: np.ndarray, out: np.ndarray, stream: Any = None) -> np.ndarray:
+        if stream is None:
+            raise CodecError("delta is stateful: pass a stream from new_stream() to encode/decode")
+        if data.size < _HEADER:
+            raise CodecError("delta: corrupt frame header")
+        kind, seq, size = _HEAD.unpack_from(data.data, 0)
+        dst = out_bytes(out)
+        if kind == _KEY and size == stream.prev.size * 8:
+            self.inner.decompress_into(data[_HEADER:], stream.prev.view(np.uint8))
+        elif kind == _DELTA and size <= stream.runs.size * 8 and size % 8 == 0:
+            if stream.seq < 0 or seq != (stream.seq + 1) & _SEQ_MASK:
+                raise CodecError(
+                    f"delta: frame {seq} follows frame {stream.seq}: a frame was lost and the decoder's "
+                    "reference is stale (reset the envs to start new key frames)"
+                )
+            self.inner.decompress_into(data[_HEADER:], stream.runs.view(np.uint8)[:size])
+            _apply_runs(stream.runs, size // 8, stream.prev)
+        else:
+            raise CodecError("delta: corrupt frame header")
+        stream.seq = seq
+        dst[:] = stream.prev.view(np.uint8)[: dst.size]
+        return out

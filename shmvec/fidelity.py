@@ -1,0 +1,322 @@
+"""What a codec does to observations, measured: pixel errors, ratio, speed, and the policy's view.
+
+- :func:`check` runs a codec over a sequence of frames and returns a :class:`FidelityReport`.
+- :class:`Tolerance` is what a user accepts from a lossy codec inside ``ShmVecEnv``;
+  :func:`errors` is the comparison both use.
+- :func:`policy_effect` feeds raw and decoded frames to a policy (an SB3 model or any callable) and
+  reports how often its action changes, the largest change of its value estimate and the mean KL
+  divergence between its action distributions.
+- :func:`collect_frames` gathers real frames from an env with random actions (for the command line
+  and the tests).
+
+Only numpy is imported at module level; torch and SB3 are imported by :func:`policy_effect` alone.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from shmvec.codecs import Codec, get
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """How far a lossy codec may change an observation before ``ShmVecEnv`` reports it.
+
+    :param min_psnr_db: smallest accepted PSNR in dB of a decoded observation (None: no bound).
+        Typical: 40 dB is hard to see, 30 dB shows block artifacts on flat Atari backgrounds.
+    :param max_abs_error: largest accepted absolute difference of one element (None: no bound).
+    :param on_breach: ``"raise"`` (default: :class:`shmvec.errors.FidelityError`) or ``"warn"``
+        (:class:`shmvec.errors.FidelityWarning`, once per env and key).
+    """
+
+    min_psnr_db: float | None = None
+    max_abs_error: float | None = None
+    on_breach: Literal["raise", "warn"] = "raise"
+
+    def __post_init__(self) -> None:
+        if self.min_psnr_db is None and self.max_abs_error is None:
+            raise ValueError("a Tolerance needs min_psnr_db or max_abs_error (or both)")
+        if self.on_breach not in ("raise", "warn"):
+            raise ValueError(f"on_breach must be 'raise' or 'warn', got {self.on_breach!r}")
+
+    def breach(self, max_abs: float, psnr_db: float) -> str | None:
+        """A sentence saying which bound was broken, or None if both hold."""
+        if self.max_abs_error is not None and max_abs > self.max_abs_error:
+            return f"max abs error {max_abs:g} > {self.max_abs_error:g}"
+        if self.min_psnr_db is not None and psnr_db < self.min_psnr_db:
+            return f"PSNR {psnr_db:.1f} dB < {self.min_psnr_db:g} dB"
+        return None
+
+
+def peak(dtype: np.dtype, raw: np.ndarray) -> float:
+    """The signal peak used for PSNR: the integer dtype's maximum, else the raw data's range (>= 1e-12)."""
+    if np.issubdtype(dtype, np.integer):
+        return float(np.iinfo(dtype).max)
+    return max(float(np.max(raw)) - float(np.min(raw)), 1e-12) if raw.size else 1.0
+
+
+def errors(raw: np.ndarray, decoded: np.ndarray) -> tuple[float, float, float, float]:
+    """``(max_abs_error, mean_abs_error, mse, psnr_db)`` of ``decoded`` vs ``raw`` (psnr inf if equal)."""
+    diff = np.abs(decoded.astype(np.float64) - raw.astype(np.float64))
+    if diff.size == 0:
+        return 0.0, 0.0, 0.0, math.inf
+    mse = float(np.mean(diff * diff))
+    psnr = math.inf if mse == 0 else 10 * math.log10(peak(raw.dtype, raw) ** 2 / mse)
+    return float(diff.max()), float(diff.mean()), mse, psnr
+
+
+def _finite(x: float) -> float | None:
+    return x if math.isfinite(x) else None
+
+
+@dataclass
+class PolicyEffect:
+    """How a policy's outputs change when it sees decoded instead of raw frames.
+
+    :param action_change_rate: fraction of frames whose greedy action differs (0-1).
+    :param max_value_change: largest absolute change of the value estimate (None if the policy has none).
+    :param mean_kl: mean KL(raw || decoded) of the action distributions, nats (None if unavailable).
+    :param n_frames: frames compared.
+    """
+
+    action_change_rate: float
+    max_value_change: float | None
+    mean_kl: float | None
+    n_frames: int
+
+
+@dataclass
+class FidelityReport:
+    """What one codec did to a sequence of frames (see :func:`check`).
+
+    Throughputs are in MB/s (10^6 bytes of raw frame per second), one frame at a time, one thread.
+    ``psnr_db`` is ``inf`` when the frames are bit-exact (``None`` in :meth:`to_dict`).
+    """
+
+    codec: str
+    params: dict[str, Any]
+    lossless: bool
+    n_frames: int
+    frame_bytes: int
+    encoded_bytes: int
+    bit_exact: bool
+    max_abs_error: float
+    mean_abs_error: float
+    psnr_db: float
+    compression_ratio: float
+    encode_mb_s: float
+    decode_mb_s: float
+    us_per_frame: float  # encode + decode, microseconds
+    policy: PolicyEffect | None = field(default=None)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready values (``psnr_db`` None when bit-exact)."""
+        out = asdict(self)
+        out["psnr_db"] = _finite(self.psnr_db)
+        return out
+
+
+def _as_codec(codec: str | Codec) -> Codec:
+    return get(codec) if isinstance(codec, str) else codec
+
+
+def roundtrip(
+    codec: str | Codec, frames: np.ndarray | Sequence[np.ndarray]
+) -> tuple[np.ndarray, int, float, float]:
+    """Encode then decode ``frames`` as one stream; ``(decoded, encoded bytes, encode s, decode s)``."""
+    codec = _as_codec(codec)
+    frames = np.asarray(frames)
+    shape, dtype = frames.shape[1:], frames.dtype
+    codec.check(shape, dtype)
+    buf = np.empty(codec.max_encoded_size(shape, dtype), np.uint8)
+    enc_stream, dec_stream = codec.new_stream(shape, dtype), codec.new_stream(shape, dtype)
+    decoded = np.empty_like(frames)
+    out = np.empty(shape, dtype)  # reused, so the timing has no first-touch page faults in it
+    total = 0
+    t_enc = t_dec = 0.0
+    clock = time.perf_counter
+    for k in range(len(frames)):
+        t0 = clock()
+        n = codec.encode(frames[k], buf, enc_stream)
+        t1 = clock()
+        codec.decode(buf[:n], out, dec_stream)
+        t_dec += clock() - t1
+        t_enc += t1 - t0
+        total += n
+        decoded[k] = out
+    return decoded, total, t_enc, t_dec
+
+
+def check(codec: str | Codec, frames: np.ndarray | Sequence[np.ndarray], warmup: int = 5) -> FidelityReport:
+    """Run ``codec`` over ``frames`` (one env's consecutive frames, as one stream) and measure it.
+
+    :param codec: a registry name or a :class:`Codec`.
+    :param frames: ``(n, *shape)`` array or sequence of equal-shape arrays.
+    :param warmup: frames run first and not timed (JIT compilation, allocator warm-up; default 5).
+    """
+    codec = _as_codec(codec)
+    frames = np.asarray(frames)
+    if frames.ndim < 1 or len(frames) == 0:
+        raise ValueError("check needs at least one frame")
+    if warmup:
+        roundtrip(codec, frames[:warmup])
+    decoded, total, t_enc, t_dec = roundtrip(codec, frames)
+    max_abs, mean_abs, _, psnr = errors(frames, decoded)
+    raw_bytes = frames.nbytes
+    return FidelityReport(
+        codec=codec.name,
+        params=codec.params(),
+        lossless=codec.lossless,
+        n_frames=len(frames),
+        frame_bytes=frames[0].nbytes,
+        encoded_bytes=total,
+        bit_exact=bool(np.array_equal(frames, decoded)),
+        max_abs_error=max_abs,
+        mean_abs_error=mean_abs,
+        psnr_db=psnr,
+        compression_ratio=raw_bytes / max(total, 1),
+        encode_mb_s=raw_bytes / 1e6 / max(t_enc, 1e-12),
+        decode_mb_s=raw_bytes / 1e6 / max(t_dec, 1e-12),
+        us_per_frame=(t_enc + t_dec) / len(frames) * 1e6,
+    )
+
+
+PolicyFn = Callable[[np.ndarray], dict[str, np.ndarray]]
+
+
+def _sb3_outputs(model: Any, obs: np.ndarray) -> dict[str, np.ndarray]:
+    """Greedy actions, values and action probabilities/means of an SB3 model for a batch."""
+    import torch
+
+    policy = model.policy if hasattr(model, "policy") else model
+    with torch.no_grad():
+        obs_t, _ = policy.obs_to_tensor(obs)
+        if hasattr(policy, "get_distribution"):  # actor-critic (PPO, A2C)
+            dist = policy.get_distribution(obs_t)
+            out = {"action": dist.get_actions(deterministic=True).cpu().numpy(), "dist": dist.distribution}
+            if hasattr(policy, "predict_values"):
+                out["value"] = policy.predict_values(obs_t).cpu().numpy().reshape(-1)
+            return out
+        if hasattr(policy, "q_net"):  # DQN: value = max Q
+            q = policy.q_net(obs_t)
+            return {"action": q.argmax(dim=1).cpu().numpy(), "value": q.max(dim=1).values.cpu().numpy()}
+    raise TypeError(f"cannot probe {type(model).__name__}: pass an SB3 PPO/A2C/DQN model or a callable")
+
+
+def _kl(raw: Any, dec: Any) -> float | None:
+    """Mean KL(raw || decoded): from torch distributions or from probability arrays."""
+    if raw is None or dec is None:
+        return None
+    if isinstance(raw, np.ndarray):
+        p, q = np.clip(raw, 1e-12, 1), np.clip(dec, 1e-12, 1)
+        return float(np.mean(np.sum(p * (np.log(p) - np.log(q)), axis=-1)))
+    import torch
+
+    kl = torch.distributions.kl_divergence(raw, dec)
+    if kl.ndim > 1:  # independent action dimensions (diagonal Gaussian): sum over them
+        kl = kl.sum(dim=-1)
+    return float(kl.mean())
+
+
+def policy_effect(policy: Any, raw: np.ndarray, decoded: np.ndarray, batch_size: int = 64) -> PolicyEffect:
+    """Compare a policy's outputs on raw and on decoded frames.
+
+    :param policy: an SB3 model (PPO, A2C: actions, values, KL; DQN: actions, max Q as value) or a
+        callable taking a batch of observations and returning a dict with ``"action"`` and optionally
+        ``"value"`` and ``"probs"`` (action probabilities, for KL).
+    :param raw: ``(n, *obs_shape)`` observations as the policy expects them.
+    :param decoded: the same after the codec.
+    :param batch_size: frames per forward pass (default 64).
+    """
+    if raw.shape != decoded.shape:
+        raise ValueError(f"raw {raw.shape} and decoded {decoded.shape} frames differ in shape")
+    run: Callable[[np.ndarray], dict[str, Any]] = (
+        policy if callable(policy) and not hasattr(policy, "predict") else (lambda x: _sb3_outputs(policy, x))
+    )
+    changed, max_dv, kls, have_value = 0, 0.0, [], False
+    for lo in range(0, len(raw), batch_size):
+        a, b = run(raw[lo : lo + batch_size]), run(decoded[lo : lo + batch_size])
+        changed += int(np.sum(np.asarray(a["action"]) != np.asarray(b["action"])))
+        if "value" in a:
+            have_value = True
+            max_dv = max(max_dv, float(np.max(np.abs(np.asarray(a["value"]) - np.asarray(b["value"])))))
+        kl = _kl(a.get("dist", a.get("probs")), b.get("dist", b.get("probs")))
+        if kl is not None:
+            kls.append((kl, len(a["action"])))
+    n = len(raw)
+    mean_kl = sum(k * m for k, m in kls) / n if kls else None
+    return PolicyEffect(changed / max(n, 1), max_dv if have_value else None, mean_kl, n)
+
+
+def collect_frames(env_fn: Callable[[], Any], steps: int, seed: int = 0) -> np.ndarray:
+    """``steps`` consecutive observations of one env under random actions (auto-reset), stacked.
+
+    :param env_fn: zero-argument env factory (see :func:`shmvec.bench.envs.env_factory`); its
+        observation space must be a Box.
+    """
+    env = env_fn()
+    try:
+        obs, _ = env.reset(seed=seed)
+        env.action_space.seed(seed)
+        frames = np.empty((steps, *np.shape(obs)), np.asarray(obs).dtype)
+        for k in range(steps):
+            frames[k] = obs
+            obs, _, terminated, truncated, _ = env.step(env.action_space.sample())
+            if terminated or truncated:
+                obs, _ = env.reset()
+    finally:
+        env.close()
+    return frames
+
+
+def compare(codecs: Sequence[str | Codec], frames: np.ndarray, policy: Any = None) -> list[FidelityReport]:
+    """:func:`check` each codec on ``frames`` (and :func:`policy_effect` when a policy is given)."""
+    reports = []
+    for c in codecs:
+        report = check(c, frames)
+        if policy is not None:
+            decoded = roundtrip(c, frames)[0]
+            report.policy = policy_effect(policy, frames, decoded)
+        reports.append(report)
+    return reports
+
+
+def default_codecs(frame_shape: tuple[int, ...], dtype: np.dtype) -> list[Codec]:
+    """The codecs the ``shmvec codecs`` command compares by default, those that can take this frame."""
+    from shmvec.codecs import available
+
+    candidates: list[Codec] = []
+    for name in available():
+        if name == "jpeg":
+            candidates += [get("jpeg", quality=q) for q in (95, 75, 30, 5)]
+        elif name == "delta":
+            candidates += [get("delta", backend="lz4"), get("delta", backend="zstd")]
+        elif name == "webp":
+            candidates += [get("webp", quality=101), get("webp", quality=75)]
+        else:
+            candidates.append(get(name))
+    out = []
+    for c in candidates:
+        try:
+            c.check(frame_shape, dtype)
+        except ValueError:
+            continue
+        out.append(c)
+    return out
+
+
+def load_model(path: str, algo: str = "ppo") -> Any:
+    """Load a saved SB3 model (``algo``: ppo, a2c or dqn) on the CPU, for :func:`policy_effect`."""
+    import stable_baselines3 as sb3
+
+    classes: dict[str, Any] = {"ppo": sb3.PPO, "a2c": sb3.A2C, "dqn": sb3.DQN}
+    if algo not in classes:
+        raise ValueError(f"unknown algorithm {algo!r}; choose from {', '.join(classes)}")
+    return classes[algo].load(path, device="cpu")
