@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import faulthandler
 import os
 import signal
 import sys
@@ -248,6 +249,9 @@ def worker_main(
     """
     # Ctrl-C reaches the whole process group; the main process decides what happens, then closes us.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # A segfault or abort in an env (or its native library) prints the Python traceback to stderr.
+    with contextlib.suppress(Exception):
+        faulthandler.enable()
     _exit_with_parent()
     limit_threads(n_threads)
     pid = os.getpid()
