@@ -244,8 +244,8 @@ class FaultyEnv(gym.Env):
     observation_space = spaces.Box(0, 255, (4, 4, 1), np.uint8)
     action_space = spaces.Discrete(3)
 
-    def __init__(self, fault: str | None = None, at: int = 3, where: str = "step") -> None:
-        self.fault, self.at, self.where = fault, at, where
+    def __init__(self, fault: str | None = None, at: int = 3, where: str = "step", delay: float = 0.0) -> None:
+        self.fault, self.at, self.where, self.delay = fault, at, where, delay
         self.render_mode = "rgb_array"
         self.steps = self.resets = self.t = 0
 
@@ -266,6 +266,8 @@ class FaultyEnv(gym.Env):
     def step(self, action):
         self.steps += 1
         self.t += 1
+        if self.delay:
+            time.sleep(self.delay)
         self._maybe("step", self.steps)
         done = self.t % 5 == 0
         terminated = done and (self.t // 5) % 2 == 1
