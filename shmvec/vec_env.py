@@ -329,23 +329,36 @@ class ShmVecEnv(VecEnv):
             raise ClosedError("this ShmVecEnv is closed (close() was called, or a worker crashed)")
 
     def _send(self, worker: int, cmd: str, payload: Any) -> None:
+        self._send_as(worker, cmd, payload, cmd)
+
+    def _send_as(self, worker: int, cmd: str, payload: Any, label: str) -> None:
         try:
             self._res.remotes[worker].send((cmd, payload))
         except (BrokenPipeError, ConnectionResetError, EOFError):
-            if not self._recovering(cmd):
-                self._raise_crashed(worker, cmd)
+            if not self._recovering(label):
+                self._raise_crashed(worker, label)
             # Restart mode: the wait that follows sees the dead worker and rebuilds it.
 
     def _recovering(self, command: str) -> bool:
         return self.on_crash == "restart" and command not in ("make_env", "attach") and not self.closed
 
-    def _call_all(self, cmd: str, payloads: Sequence[Any], workers: Iterable[int] | None = None) -> list[Any]:
-        """Send one command to each worker, then wait for all answers; results in worker order."""
+    def _call_all(
+        self,
+        cmd: str,
+        payloads: Sequence[Any],
+        workers: Iterable[int] | None = None,
+        label: str | None = None,
+    ) -> list[Any]:
+        """Send one command to each worker, then wait for all answers; results in worker order.
+
+        ``label`` names the command in errors (e.g. ``"env_method:render"``; default ``cmd``).
+        """
         workers = list(range(self.n_workers)) if workers is None else list(workers)
-        self._command = cmd
+        label = label or cmd
+        self._command = label
         for w, payload in zip(workers, payloads):
-            self._send(w, cmd, payload)
-        return self._gather(workers, cmd)
+            self._send_as(w, cmd, payload, label)
+        return self._gather(workers, label)
 
     def _gather(self, workers: Iterable[int], command: str) -> list[Any]:
         """Wait for one reply from each worker, watching for death and the timeout.
@@ -766,7 +779,10 @@ class ShmVecEnv(VecEnv):
         if self.waiting:
             raise RuntimeError(f"{cmd} called while a step is pending: call step_wait() first")
         plan = self._by_worker(indices)
-        replies = self._call_all(cmd, [(local, *args) for _, local, _ in plan], [w for w, _, _ in plan])
+        label = f"{cmd}:{args[0]}" if cmd in ("get_attr", "has_attr", "set_attr", "env_method") else cmd
+        replies = self._call_all(
+            cmd, [(local, *args) for _, local, _ in plan], [w for w, _, _ in plan], label
+        )
         out: list[Any] = [None] * sum(len(p) for _, _, p in plan)
         for (_, _, positions), values in zip(plan, replies):
             if values is None:

@@ -237,6 +237,7 @@ class FaultyEnv(gym.Env):
     :param fault: see :func:`misbehave`; None never misbehaves.
     :param where: ``"step"``: at the ``at``-th step of this env's life; ``"reset"``: at its ``at``-th
         reset; ``"render"``/``"method"``: when ``render()``/``misbehave_now()`` is called.
+    :param delay: seconds to sleep in every step (a slow env, to catch a worker mid-step).
     Episodes end every 5 steps, alternately by termination and truncation.
     """
 
@@ -244,7 +245,9 @@ class FaultyEnv(gym.Env):
     observation_space = spaces.Box(0, 255, (4, 4, 1), np.uint8)
     action_space = spaces.Discrete(3)
 
-    def __init__(self, fault: str | None = None, at: int = 3, where: str = "step", delay: float = 0.0) -> None:
+    def __init__(
+        self, fault: str | None = None, at: int = 3, where: str = "step", delay: float = 0.0
+    ) -> None:
         self.fault, self.at, self.where, self.delay = fault, at, where, delay
         self.render_mode = "rgb_array"
         self.steps = self.resets = self.t = 0
