@@ -15,6 +15,7 @@ import contextlib
 import ctypes
 import faulthandler
 import os
+import pickle
 import signal
 import sys
 from collections.abc import Callable
@@ -151,12 +152,12 @@ class _Worker:
             if isinstance(action, np.ndarray):
                 # A view into the ring (or into the unpickled batch) must not be kept by the env.
                 action = action.copy()
-            obs, reward, term, trunc, info = env.step(action)
+            obs, reward, term, trunc, info = _check_step(env.step(action), self.first_env + i)
             reset_info = None
             if term or trunc:
                 # The terminal observation goes to its own area before the reset obs fills the slot.
                 self.write(self.final, i, obs)
-                obs, reset_info = env.reset()
+                obs, reset_info = _check_reset(env.reset(), self.first_env + i)
             self.write(obs_slot, i, obs)
             rewards[i] = reward
             terminated[i] = term
@@ -173,7 +174,7 @@ class _Worker:
         for i, env in enumerate(self.envs):
             self.current = i
             maybe_options = {"options": options[i]} if options[i] else {}
-            obs, info = env.reset(seed=seeds[i], **maybe_options)
+            obs, info = _check_reset(env.reset(seed=seeds[i], **maybe_options), self.first_env + i)
             self.write(obs_slot, i, obs)
             infos.append(info)
         self.current = None
@@ -218,6 +219,63 @@ class _Worker:
         self.obs = self.final = []
         if self.ring is not None:
             self.ring.close()
+
+
+def _check_reset(result: Any, env_index: int) -> tuple[Any, dict]:
+    """``(obs, info)`` from ``env.reset()``, or a clear error for the old gym API and other shapes."""
+    if isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], dict):
+        return result
+    raise TypeError(
+        f"env {env_index}: reset() must return a tuple (obs, info) with an info dict (gymnasium API), "
+        f"got {_describe(result)}"
+    )
+
+
+def _check_step(result: Any, env_index: int) -> tuple[Any, Any, Any, Any, dict]:
+    """``(obs, reward, terminated, truncated, info)`` from ``env.step()``, or a clear error."""
+    if isinstance(result, tuple) and len(result) == 5 and isinstance(result[4], dict):
+        return result
+    hint = ""
+    if isinstance(result, tuple) and len(result) == 4:
+        hint = " (the old gym API returned 4 values: update the env or wrap it with shimmy)"
+    raise TypeError(
+        f"env {env_index}: step() must return a tuple (obs, reward, terminated, truncated, info) "
+        f"(gymnasium API), got {_describe(result)}{hint}"
+    )
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, tuple):
+        return f"a tuple of {len(value)} ({', '.join(type(v).__name__ for v in value)})"
+    return f"a {type(value).__name__}"
+
+
+def _unpicklable(
+    cmd: str, payload: Any, result: Any, first_env: int, exc: Exception
+) -> tuple[int | None, Exception]:
+    """Find which env and which info key (or attribute value) of a reply cannot be pickled."""
+    items: list[tuple[int, str, dict]] = []  # (local env, what, dict)
+    if cmd == "step":
+        for i, info, reset_info in result:
+            items += [(i, "info", info), (i, "reset info", reset_info or {})]
+    elif cmd == "reset":
+        items = [(i, "reset info", info) for i, info in enumerate(result)]
+    elif isinstance(payload, tuple) and isinstance(result, list):
+        what = f"the result of {_command_name(cmd, payload)}"
+        items = [(i, what, {None: value}) for i, value in zip(payload[0], result)]
+    for i, what, values in items:
+        for key, value in values.items():
+            try:
+                pickle.dumps(value)
+            except Exception as value_exc:
+                where = f"{what} key {key!r}" if key is not None else what
+                kind = f"{type(value).__module__}.{type(value).__qualname__}"
+                return first_env + i, TypeError(
+                    f"env {first_env + i}: {where} holds a {kind}"
+                    f" that cannot be pickled ({type(value_exc).__name__}: {value_exc}); what a worker "
+                    "returns (infos, attributes, method results) travels to the main process by pickle"
+                )
+    return None, exc
 
 
 def _has_wrapper_attr(env: gym.Env, name: str) -> bool:
@@ -297,7 +355,9 @@ def worker_main(
             try:
                 conn.send((True, result))
             except Exception as exc:  # e.g. an info dict or attribute value that cannot be pickled
-                conn.send((False, RemoteError.capture(exc, None, _command_name(cmd, payload), pid)))
+                # Pickling fails before anything is written, so the pipe is still in step.
+                env_index, exc = _unpicklable(cmd, payload, result, first_env, exc)
+                conn.send((False, RemoteError.capture(exc, env_index, _command_name(cmd, payload), pid)))
     finally:
         worker.close()
         conn.close()
