@@ -302,3 +302,38 @@ def test_crash_during_restart_reset_is_retried(no_leaks):
         for _ in range(5):
             env.step(ACTIONS)
     assert env.n_restarts == 3 and env.closed
+
+
+def _ppo_with_crashing_env(crash_every: int, steps: int) -> ShmVecEnv:
+    import torch
+    from stable_baselines3 import PPO
+
+    torch.set_num_threads(1)
+    fns = [functools.partial(_monitored, fn) for fn in faulty_fns("kill", at=crash_every)]
+    venv = ShmVecEnv(fns, "fork", n_workers=2, on_crash="restart", restart_window=None)
+    venv.seed(0)
+    try:
+        model = PPO("MlpPolicy", venv, n_steps=64, batch_size=64, n_epochs=1, seed=0, device="cpu")
+        model.learn(steps)
+        assert model.num_timesteps >= steps
+        return venv
+    finally:
+        venv.close()
+
+
+def _monitored(fn):
+    from stable_baselines3.common.monitor import Monitor
+
+    return Monitor(fn())
+
+
+def test_ppo_completes_with_a_crashing_env(no_leaks):
+    """Env 3 is SIGKILLed every 150 of its steps: PPO trains through the restarts."""
+    venv = _ppo_with_crashing_env(crash_every=150, steps=1024)
+    assert venv.n_restarts == 1024 // N_ENVS // 150
+
+
+@pytest.mark.slow
+def test_ppo_completes_with_an_env_crashing_every_5000_steps(no_leaks):
+    venv = _ppo_with_crashing_env(crash_every=5000, steps=41_000)
+    assert venv.n_restarts == 2
