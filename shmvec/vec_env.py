@@ -170,6 +170,10 @@ class ShmVecEnv(VecEnv):
         one more raises the error that caused it and closes the VecEnv.
     :param restart_window: restart mode: length in seconds of the sliding window ``max_restarts``
         applies to (default 60.0; None: the VecEnv's whole life).
+    :param check_finite: if True, workers refuse observations (and terminal observations) with NaN
+        in a float Box leaf, or +/-inf in one whose bounds are all finite: an :class:`EnvError` caused by
+        :class:`ObservationError` naming env and key (in restart mode the worker is restarted). Off by
+        default: it reads every float observation once more per step.
     """
 
     def __init__(
@@ -186,6 +190,7 @@ class ShmVecEnv(VecEnv):
         on_crash: str = "raise",
         max_restarts: int = 10,
         restart_window: float | None = 60.0,
+        check_finite: bool = False,
     ) -> None:
         self.closed = True  # until start-up succeeds, close() has nothing of ours to do
         self.waiting = False
@@ -223,6 +228,7 @@ class ShmVecEnv(VecEnv):
         self.timeout = timeout
         self.reward_dtype = np.dtype(reward_dtype)
         self.on_crash = on_crash
+        self.check_finite = check_finite
         self.worker_envs: list[range] = split_envs(n_envs, n_workers)
         self._ctx: Any = ctx
         self._worker_threads = worker_threads
@@ -247,6 +253,7 @@ class ShmVecEnv(VecEnv):
             self._res.ring = Ring.create(self._obs_leaves, n_envs, n_slots, self._action_leaf)
             self.closed = False
             self._call_all("attach", [self._res.ring.spec] * n_workers)
+            self._configure(range(n_workers))
             super().__init__(n_envs, obs_space, act_space)
             # Like DummyVecEnv: VecVideoRecorder and others read render_fps from the env's metadata.
             self.metadata = self.get_attr("metadata", indices=[0])[0]
@@ -305,6 +312,12 @@ class ShmVecEnv(VecEnv):
         else:
             self._res.processes.append(process)
             self._res.remotes.append(remote)
+
+    def _configure(self, workers: Iterable[int]) -> None:
+        """Send the per-worker options (only ``check_finite`` so far) once a worker is attached."""
+        workers = list(workers)
+        if self.check_finite:
+            self._call_all("configure", [{"check_finite": True}] * len(workers), workers, "attach")
 
     @staticmethod
     def _array_action_leaf(action_space: spaces.Space) -> Leaf | None:
@@ -668,6 +681,7 @@ class ShmVecEnv(VecEnv):
             assert ring is not None
             self._send(w, "attach", ring.spec)
             self._gather([w], "attach")
+            self._configure([w])
             for i in self.worker_envs[w]:
                 self._restart_counts[i] += 1
             self._needs_reset[w] = fault.reason

@@ -26,7 +26,8 @@ import cloudpickle
 import gymnasium as gym
 import numpy as np
 
-from shmvec.layout import Leaf, flatten, leaves, write_leaf
+from shmvec.errors import ObservationError
+from shmvec.layout import Leaf, check_finite, flatten, inf_allowed, leaves, write_leaf
 from shmvec.protocol import READY, RemoteError
 from shmvec.ring import Ring, RingSpec
 
@@ -120,6 +121,7 @@ class _Worker:
         self.space = envs[0].observation_space
         self.leaves: list[Leaf] = []
         self.ring: Ring | None = None
+        self.finite_rules: list[bool | None] | None = None  # set by ``configure(check_finite=True)``
 
     def attach(self, spec: RingSpec) -> None:
         # The main process has checked the space can be laid out before sending the ring.
@@ -133,6 +135,26 @@ class _Worker:
         self.truncated = self.ring.views["truncated"][:, lo:hi]
         actions = self.ring.views.get("actions")
         self.actions = None if actions is None else actions[lo:hi]
+
+    def configure(self, payload: dict[str, Any]) -> None:
+        if payload.get("check_finite"):
+            self.finite_rules = inf_allowed(self.space)
+
+    def check_finite(self, slot: int, finals: bool) -> None:
+        """Refuse NaN (and inf where the bounds are finite) in this worker's rows of ``slot`` and, after
+        a step, in the terminal observations of envs that ended."""
+        assert self.finite_rules is not None
+        names = [leaf.name for leaf in self.leaves]
+        areas = [("", [a[slot] for a in self.obs], np.arange(len(self.envs)))]
+        if finals:
+            ended = np.flatnonzero(self.terminated[slot] | self.truncated[slot])
+            areas.append(("terminal ", [a[ended] for a in self.final], ended))
+        for what, arrays, rows in areas:
+            found = check_finite(arrays, self.finite_rules, names)
+            if found is not None:
+                row, message = found
+                self.current = int(rows[row])
+                raise ObservationError(f"env {self.first_env + self.current}, {what}{message}")
 
     def write(self, dst: list[np.ndarray], i: int, obs: Any) -> None:
         env_index = self.first_env + i
@@ -336,6 +358,7 @@ def worker_main(
         "env_method": worker.env_method,
         "is_wrapped": worker.is_wrapped,
         "render": worker.render,
+        "configure": worker.configure,
     }
     try:
         while True:
@@ -347,6 +370,8 @@ def worker_main(
                 break
             try:
                 result = handlers[cmd](payload)
+                if worker.finite_rules is not None and cmd in ("step", "reset"):
+                    worker.check_finite(payload[0], finals=cmd == "step")
             except Exception as exc:
                 env_index = None if worker.current is None else first_env + worker.current
                 worker.current = None
