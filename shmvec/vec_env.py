@@ -6,10 +6,11 @@ import logging
 import multiprocessing as mp
 import os
 import signal
+import sys
 import time
 import warnings
 import weakref
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from multiprocessing.connection import Connection, wait
 from typing import Any
@@ -144,12 +145,16 @@ class ShmVecEnv(VecEnv):
         forkserver where available, else spawn.
     :param n_workers: number of worker processes (default: ``min(n_envs, usable CPUs)``). Envs are
         split into contiguous groups, one per worker; the split may be uneven.
-    :param copy: True (default) returns fresh observation arrays on every ``reset``/``step`` (one
-        memcpy of the batch), as SB3's algorithms require. False returns read-only views into the
-        ring that stay valid for ``n_slots - 1`` further ``step``/``reset`` calls (1 by default, which
-        is what SB3's PPO/A2C/DQN/SAC collectors need); keep them longer and they change under you.
-        Rewards, dones and infos are always fresh.
-    :param n_slots: ring slots (>= 1; default 2). Only ``copy=False`` needs more than one.
+    :param copy: True (default): the observation arrays returned by ``reset``/``step`` are yours;
+        shmvec never writes to them while anything references them, as SB3's algorithms require.
+        They are lent from the ring without copying when a slot is free (a slot is reused only once
+        no array or view of it is referenced any more) and copied out otherwise. False: read-only
+        views into the ring that stay valid for ``n_slots - 1`` further ``step``/``reset`` calls (1
+        by default, what SB3's PPO/A2C/DQN/SAC collectors need); keep them longer and they change
+        under you. Rewards, dones and infos are always fresh.
+    :param n_slots: ring slots (default None: 3 with ``copy=True`` — the caller holds one batch, one
+        is being written, one stays free so the next batch can be lent — and 2 with ``copy=False``).
+        Each slot holds one batch of observations.
     :param worker_threads: BLAS/OpenMP/torch/OpenCV threads per worker (default 1; None leaves the
         libraries' defaults). Many workers each running a full-size thread pool on few cores is
         several times slower.
@@ -183,7 +188,7 @@ class ShmVecEnv(VecEnv):
         *,
         n_workers: int | None = None,
         copy: bool = True,
-        n_slots: int = 2,
+        n_slots: int | None = None,
         worker_threads: int | None = 1,
         timeout: float | None = None,
         reward_dtype: type | np.dtype = np.float32,
@@ -204,6 +209,8 @@ class ShmVecEnv(VecEnv):
             n_workers = min(n_envs, usable_cpus())
         if not 1 <= n_workers <= n_envs:
             raise ValueError(f"n_workers must be between 1 and n_envs={n_envs}, got {n_workers}")
+        if n_slots is None:
+            n_slots = 3 if copy else 2
         if n_slots < 1:
             raise ValueError(f"n_slots must be >= 1, got {n_slots}")
         if not copy and n_slots < 2:
@@ -241,10 +248,16 @@ class ShmVecEnv(VecEnv):
         self._restart_counts = [0] * n_envs
         self._last_seeds: list[int | None] = [None] * n_envs
         self._stepping: list[int] = list(range(n_workers))
+        # Where the last batch the caller saw lives: a slot, or (rarely) a copy; see _note_previous_slot.
+        self._prev_slot = 0
+        self._prev_copy: list[np.ndarray] | None = None
         self._res = _Resources()
         self._finalizer = weakref.finalize(self, self._res.release)
         self._slot = 0
         self._n_slots = n_slots
+        # Arrays lent to the caller from each slot (copy=True); see _next_slot.
+        self._lent: list[list[np.ndarray]] = [[] for _ in range(n_slots)]
+        self.copy_fallbacks = 0  # batches copied because no slot could be lent (diagnostic)
         self._command = "start"
         try:
             obs_space, act_space = self._start(ctx, env_fns, worker_threads)
@@ -541,9 +554,22 @@ class ShmVecEnv(VecEnv):
 
     # ------------------------------------------------------------------ VecEnv API
 
+    def _slot_free(self, slot: int) -> bool:
+        # References to a lent array: our list, the loop variable, getrefcount's argument. Anything
+        # above that is the caller (or a view, tensor or memoryview derived from it) still using it.
+        return all(sys.getrefcount(a) <= 3 for a in self._lent[slot])
+
     def _next_slot(self) -> int:
-        self._slot = (self._slot + 1) % self._n_slots
-        return self._slot
+        """The slot the workers write next: the next one in rotation that nobody still reads."""
+        for k in range(1, self._n_slots + 1):
+            slot = (self._slot + k) % self._n_slots
+            if not self.copy or self._slot_free(slot):
+                self._lent[slot] = []
+                self._note_previous_slot(self._slot, slot)
+                self._slot = slot
+                return slot
+        # _read_obs never lends the last free slot, so this cannot happen.
+        raise AssertionError("no free ring slot")
 
     def reset(self) -> VecEnvObs:
         """Reset every env with the seeds/options set by ``seed()``/``set_options()`` (used once)."""
@@ -686,11 +712,25 @@ class ShmVecEnv(VecEnv):
                 self._restart_counts[i] += 1
             self._needs_reset[w] = fault.reason
 
+    def _note_previous_slot(self, previous: int, slot: int) -> None:
+        """Restart mode: remember where the last batch handed out lives before ``slot`` is written.
+
+        It is the previous slot, which the workers do not write in this step, unless no other slot was
+        free (copy=True with the caller holding every other one): then the workers write over it, and
+        a copy of it is kept for the terminal observations of envs whose worker fails in this step.
+        """
+        if self.on_crash != "restart":
+            return
+        self._prev_slot = previous
+        self._prev_copy = None
+        if slot == previous:
+            self._prev_copy = [view[previous].copy() for view in self._obs_views]
+
     def _reset_rebuilt(self, slot: int) -> dict[int, list[tuple[int, dict, dict]]]:
         """Reset the rebuilt workers into ``slot`` and end their envs' episodes there (see _gather_step)."""
         ring = self._res.ring
         assert ring is not None
-        previous = (slot - 1) % self._n_slots
+        last = self._prev_copy or [view[self._prev_slot] for view in self._obs_views]
         out: dict[int, list[tuple[int, dict, dict]]] = {}
         while self._needs_reset:
             workers = sorted(self._needs_reset)
@@ -698,8 +738,8 @@ class ShmVecEnv(VecEnv):
                 g = self.worker_envs[w]
                 # The last observation the agent saw is intact in the previous slot (n_slots >= 2):
                 # the failed worker may have half-written this slot, never that one.
-                for final, obs in zip(self._final_views, self._obs_views):
-                    final[g.start : g.stop] = obs[previous, g.start : g.stop]
+                for final, obs in zip(self._final_views, last):
+                    final[g.start : g.stop] = obs[g.start : g.stop]
             payloads = [
                 (
                     slot,
@@ -753,11 +793,18 @@ class ShmVecEnv(VecEnv):
         return self._budget.total
 
     def _read_obs(self, slot: int) -> VecEnvObs:
-        if self.copy:
-            arrays = (view[slot].copy() for view in self._obs_views)
-        else:
+        arrays: Iterator[np.ndarray] | list[np.ndarray]
+        if not self.copy:
             arrays = (view[slot] for view in self._obs_views)
-        return unflatten(self.observation_space, arrays)
+        elif any(self._slot_free(s) for s in range(self._n_slots) if s != slot):
+            # Lend the slot itself (no copy) while another stays free for the next write.
+            ring = self._res.ring
+            assert ring is not None
+            arrays = self._lent[slot] = [ring.lend_obs(j, slot) for j in range(len(self._obs_views))]
+        else:
+            self.copy_fallbacks += 1
+            arrays = (view[slot].copy() for view in self._obs_views)
+        return unflatten(self.observation_space, iter(arrays))
 
     def close(self) -> None:
         """Stop the workers and free the shared memory. Idempotent; safe while a step is pending."""
