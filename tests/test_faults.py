@@ -337,3 +337,21 @@ def test_ppo_completes_with_a_crashing_env(no_leaks):
 def test_ppo_completes_with_an_env_crashing_every_5000_steps(no_leaks):
     venv = _ppo_with_crashing_env(crash_every=5000, steps=41_000)
     assert venv.n_restarts == 2
+
+
+def test_terminal_observation_when_the_previous_slot_is_rewritten(no_leaks):
+    """copy=True with 2 slots and the caller holding on to an old batch: no slot is free, so the
+    workers write over the slot of the last batch; a crash then still reports that batch's obs."""
+    env = make(faulty_fns("kill", at=3), on_crash="restart", n_slots=2)
+    try:
+        held = env.reset()  # kept: its slot stays lent
+        env.step(ACTIONS)
+        before_crash, _, _, _ = env.step(ACTIONS)
+        obs, _, dones, infos = env.step(ACTIONS)  # env 3 dies at its third step
+        assert dones[2:].all() and infos[3][RESTARTED_KEY]
+        for i in (2, 3):
+            assert_obs_equal(infos[i]["terminal_observation"], before_crash[i])
+        assert env.copy_fallbacks > 0  # the scenario really had no free slot
+        del held
+    finally:
+        env.close()
