@@ -355,3 +355,25 @@ def test_terminal_observation_when_the_previous_slot_is_rewritten(no_leaks):
         del held
     finally:
         env.close()
+
+
+def test_close_with_a_hung_step_pending_is_bounded(no_leaks):
+    env = make(faulty_fns("hang", at=1))
+    env.reset()
+    env.step_async(ACTIONS)
+    start = time.monotonic()
+    env.close()  # waits a few seconds for the worker, then kills it
+    assert time.monotonic() - start < 15
+
+
+def test_restart_with_forkserver(no_leaks):
+    """With spawn/forkserver the rebuilt worker gets the pickled factories kept in the main process."""
+    fns = faulty_fns("exit", at=2)
+    with ShmVecEnv(fns, "forkserver", n_workers=2, on_crash="restart") as env:
+        env.seed(0)
+        env.reset()
+        env.step(ACTIONS)
+        _, _, dones, infos = env.step(ACTIONS)
+        assert dones[2:].all() and "exited with code 3 during step" in infos[3][REASON_KEY]
+        assert env.n_restarts == 1
+        env.step(ACTIONS)
