@@ -66,6 +66,8 @@ class WorkerCrashedError(ShmVecEnvError):
     :param worker_pid: process id of the worker.
     :param exitcode: ``Process.exitcode``: negative for "killed by signal -exitcode".
     :param command: the command that was running when the death was noticed.
+    :param remote_traceback: what the worker's faulthandler wrote (the Python stack of every thread
+        at a segfault, abort, SIGBUS or SIGFPE); empty for SIGKILL and ``os._exit``.
     """
 
     def __init__(
@@ -77,6 +79,7 @@ class WorkerCrashedError(ShmVecEnvError):
         worker_pid: int | None,
         exitcode: int | None,
         command: str,
+        remote_traceback: str = "",
     ) -> None:
         super().__init__(message)
         self.worker_index = worker_index
@@ -84,6 +87,12 @@ class WorkerCrashedError(ShmVecEnvError):
         self.worker_pid = worker_pid
         self.exitcode = exitcode
         self.command = command
+        self.remote_traceback = remote_traceback
+
+    def __str__(self) -> str:
+        if not self.remote_traceback:
+            return str(self.args[0])
+        return f"{self.args[0]}\n\nFault in the worker:\n{self.remote_traceback}"
 
 
 class EnvTimeoutError(ShmVecEnvError, TimeoutError):

@@ -7,6 +7,7 @@ import multiprocessing as mp
 import os
 import signal
 import sys
+import tempfile
 import time
 import warnings
 import weakref
@@ -94,6 +95,15 @@ class _Resources:
         self.processes: list[Any] = []
         self.remotes: list[Connection] = []
         self.ring: Ring | None = None
+        # Per worker: an fd of the file its faulthandler writes to (unlinked once the worker runs).
+        self.fault_logs: list[tuple[int, str]] = []
+
+    def close_fault_log(self, w: int) -> None:
+        fd, path = self.fault_logs[w]
+        with suppress(OSError):
+            os.unlink(path)
+        with suppress(OSError):
+            os.close(fd)
 
     def release(self, graceful: bool = True) -> None:
         if graceful:
@@ -124,6 +134,9 @@ class _Resources:
                 process.close()
             except ValueError:  # still running after kill: leave it to the OS
                 pass
+        for w in range(len(self.fault_logs)):
+            self.close_fault_log(w)
+        self.fault_logs = []
         if self.ring is not None:
             self.ring.close()
             self.ring = None
@@ -296,6 +309,7 @@ class ShmVecEnv(VecEnv):
             self._start_worker(w)
 
         replies = self._gather(range(self.n_workers), "make_env")
+        self._unlink_fault_logs(range(self.n_workers))
         env_spaces = [s for (_, per_worker) in replies for s in per_worker]
         obs_space, act_space = env_spaces[0]
         for i, (o, a) in enumerate(env_spaces):
@@ -308,12 +322,24 @@ class ShmVecEnv(VecEnv):
 
     def _start_worker(self, w: int) -> None:
         """Start worker ``w`` (new, or in place of a dead one) with its factories."""
+        fault_log = tempfile.mkstemp(prefix=f"shmvec-worker-{w}-", suffix=".fault")
+        if w < len(self._res.fault_logs):
+            self._res.close_fault_log(w)
+            self._res.fault_logs[w] = fault_log
+        else:
+            self._res.fault_logs.append(fault_log)
         remote, work_remote = self._ctx.Pipe()
         # The pipe is created right before its own worker so no other worker inherits the
         # child end: a dead worker then shows up as EOF instead of a silent hang.
         process = self._ctx.Process(
             target=worker_main,
-            args=(work_remote, self._worker_fns[w], self.worker_envs[w].start, self._worker_threads),
+            args=(
+                work_remote,
+                self._worker_fns[w],
+                self.worker_envs[w].start,
+                self._worker_threads,
+                fault_log[1],
+            ),
             daemon=True,
             name=f"shmvec-worker-{w}",
         )
@@ -331,6 +357,19 @@ class ShmVecEnv(VecEnv):
         workers = list(workers)
         if self.check_finite:
             self._call_all("configure", [{"check_finite": True}] * len(workers), workers, "attach")
+
+    def _unlink_fault_logs(self, workers: Iterable[int]) -> None:
+        """The workers have opened their fault logs: remove the names, so nothing is left in the temp
+        directory whatever happens; the main process reads them through its own fds."""
+        for w in workers:
+            with suppress(OSError):
+                os.unlink(self._res.fault_logs[w][1])
+
+    def _fault_text(self, w: int) -> str:
+        try:
+            return os.pread(self._res.fault_logs[w][0], 1 << 16, 0).decode(errors="replace")
+        except (OSError, IndexError):
+            return ""
 
     @staticmethod
     def _array_action_leaf(action_space: spaces.Space) -> Leaf | None:
@@ -414,7 +453,7 @@ class ShmVecEnv(VecEnv):
             if not recover:
                 self._raise_crashed(w, command)
             error = self._crash_error(w, command)
-            faults[w] = Fault(w, str(error), error)
+            faults[w] = Fault(w, error.args[0], error)
             pending.pop(remotes[w], None)
 
         while pending:
@@ -427,7 +466,7 @@ class ShmVecEnv(VecEnv):
                 for w in hung:
                     _kill(processes[w])
                     error = self._timeout_error(w, command, "it was killed and will be restarted")
-                    faults[w] = Fault(w, str(error), error)
+                    faults[w] = Fault(w, error.args[0], error)
                 break
             for obj in ready:
                 if isinstance(obj, int):  # a sentinel: the process ended
@@ -515,10 +554,10 @@ class ShmVecEnv(VecEnv):
             how = f"exited with code {code}"
         envs, pid = self.worker_envs[w], process.pid
         message = f"worker {w} (pid {pid}, envs {envs.start}..{envs.stop - 1}) {how} during {command}"
+        fault_text = self._fault_text(w)
         if code is not None and -code in (signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS, signal.SIGFPE):
-            message += (
-                " (a crash inside the env or a native library; the worker's Python traceback is on stderr)"
-            )
+            message += " (a crash inside the env or a native library"
+            message += "; its Python stack is in remote_traceback)" if fault_text else ")"
         if command == "make_env" and self.start_method != "fork":
             message += ". " + _MAIN_GUARD_HINT.format(method=self.start_method)
         return WorkerCrashedError(
@@ -528,6 +567,7 @@ class ShmVecEnv(VecEnv):
             worker_pid=pid,
             exitcode=code,
             command=command,
+            remote_traceback=fault_text,
         )
 
     def _raise_timeout(self, w: int, command: str) -> None:
@@ -694,8 +734,13 @@ class ShmVecEnv(VecEnv):
                 error.args = (f"{error.args[0]} ({self._budget.describe()})", *error.args[1:])
                 raise error
             w = fault.worker
+            stack = getattr(fault.error, "remote_traceback", "")
             logger.warning(
-                "shmvec: restarting worker %d (envs %s): %s", w, list(self.worker_envs[w]), fault.reason
+                "shmvec: restarting worker %d (envs %s): %s%s",
+                w,
+                list(self.worker_envs[w]),
+                fault.reason,
+                f"\n{stack}" if stack else "",
             )
             _kill(self._res.processes[w])
             self._res.remotes[w].close()
@@ -703,6 +748,7 @@ class ShmVecEnv(VecEnv):
                 self._res.processes[w].close()
             self._start_worker(w)
             self._gather([w], "make_env")
+            self._unlink_fault_logs([w])
             ring = self._res.ring
             assert ring is not None
             self._send(w, "attach", ring.spec)

@@ -314,11 +314,29 @@ def _command_name(cmd: str, payload: Any) -> str:
     return cmd
 
 
+_fault_file: Any = None  # kept open for faulthandler for the life of the worker
+
+
+def _enable_faulthandler(path: str | None) -> None:
+    """On a segfault, abort, SIGBUS or SIGFPE in an env (or its native library), write the Python
+    traceback to ``path`` (the main process reads it into the error) or, without one, to stderr."""
+    global _fault_file
+    try:
+        if path is not None:
+            _fault_file = open(path, "w")  # noqa: SIM115 - must outlive this function
+            faulthandler.enable(file=_fault_file)
+        else:
+            faulthandler.enable()
+    except Exception:
+        pass
+
+
 def worker_main(
     conn: Connection,
     env_fns: bytes | list[Callable[[], Any]],
     first_env: int,
     n_threads: int | None,
+    fault_log: str | None = None,
 ) -> None:
     """Entry point of a worker process.
 
@@ -326,12 +344,11 @@ def worker_main(
     :param env_fns: the env factories, cloudpickled (spawn/forkserver) or as objects (fork).
     :param first_env: global index of the first env of this worker.
     :param n_threads: BLAS/OpenMP threads allowed in this worker (None: leave as is).
+    :param fault_log: file for faulthandler's traceback if the worker crashes (None: stderr).
     """
     # Ctrl-C reaches the whole process group; the main process decides what happens, then closes us.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    # A segfault or abort in an env (or its native library) prints the Python traceback to stderr.
-    with contextlib.suppress(Exception):
-        faulthandler.enable()
+    _enable_faulthandler(fault_log)
     _exit_with_parent()
     limit_threads(n_threads)
     pid = os.getpid()

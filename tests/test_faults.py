@@ -51,6 +51,8 @@ def make(fns, **kwargs) -> ShmVecEnv:
 @pytest.mark.parametrize("fault", sorted(CRASHES))
 def test_crash_in_step_raises(no_leaks, fault):
     env = make(faulty_fns(fault))
+    # The workers' fault logs are unlinked as soon as the workers run: nothing to leak in /tmp.
+    assert len(env._res.fault_logs) == 2 and not any(os.path.exists(p) for _, p in env._res.fault_logs)
     env.reset()
     env.step(ACTIONS)
     env.step(ACTIONS)
@@ -61,6 +63,11 @@ def test_crash_in_step_raises(no_leaks, fault):
     err = info.value
     assert err.worker_index == 1 and err.env_indices == [2, 3] and err.command == "step"
     assert err.worker_pid is not None and err.exitcode is not None
+    if fault in ("segv", "abort"):  # faulthandler's stack of the worker travels with the error
+        assert "in misbehave" in err.remote_traceback and "Fault in the worker" in str(err)
+        assert "its Python stack is in remote_traceback" in str(err)
+    else:
+        assert err.remote_traceback == ""
     assert env.closed
     with pytest.raises(ClosedError):
         env.step(ACTIONS)
