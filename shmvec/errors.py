@@ -18,8 +18,11 @@ class EnvError(ShmVecEnvError):
     """An env raised an exception inside its worker.
 
     The worker stays alive and the VecEnv remains usable for ``reset()``, ``get_attr`` and
-    ``close()``; after a failed ``step`` the envs of that worker may be mid-step, so reset before
-    stepping again. The original exception is chained as ``__cause__`` when it could be pickled.
+    ``close()``. After a failed ``step`` the envs of that worker before the failing one have stepped
+    (their results are dropped), the failing one and those after it have not, and the other workers'
+    envs have stepped: reset before stepping again. (With ``on_crash="restart"`` an exception in
+    ``step``/``reset`` restarts the worker instead of raising.) The original exception is chained as
+    ``__cause__`` when it could be pickled.
 
     :param env_index: index of the env that raised (``None`` if the error was not tied to one env).
     :param command: the command that was running, e.g. ``"step"``, ``"reset"``, ``"env_method:foo"``.
@@ -52,14 +55,19 @@ class EnvError(ShmVecEnvError):
 class WorkerCrashedError(ShmVecEnvError):
     """A worker process died (killed by a signal, ``os._exit``, a segfault in the env...).
 
-    The VecEnv is closed when this is raised: its shared memory is released and the other workers
-    are stopped.
+    In raise mode the VecEnv is closed when this is raised: its shared memory is released and the
+    other workers are stopped. In restart mode it is raised only when the restart budget is spent
+    (then the VecEnv is closed too) or when the death is noticed during a command other than
+    ``step``/``reset`` (``get_attr``, ``env_method``, ``render``...): the worker has then been
+    rebuilt, the VecEnv stays open, and its envs end their episode at the next step.
 
     :param worker_index: index of the worker process.
     :param env_indices: the envs that ran in that worker.
     :param worker_pid: process id of the worker.
     :param exitcode: ``Process.exitcode``: negative for "killed by signal -exitcode".
     :param command: the command that was running when the death was noticed.
+    :param remote_traceback: what the worker's faulthandler wrote (the Python stack of every thread
+        at a segfault, abort, SIGBUS or SIGFPE); empty for SIGKILL and ``os._exit``.
     """
 
     def __init__(
@@ -71,6 +79,7 @@ class WorkerCrashedError(ShmVecEnvError):
         worker_pid: int | None,
         exitcode: int | None,
         command: str,
+        remote_traceback: str = "",
     ) -> None:
         super().__init__(message)
         self.worker_index = worker_index
@@ -78,12 +87,19 @@ class WorkerCrashedError(ShmVecEnvError):
         self.worker_pid = worker_pid
         self.exitcode = exitcode
         self.command = command
+        self.remote_traceback = remote_traceback
+
+    def __str__(self) -> str:
+        if not self.remote_traceback:
+            return str(self.args[0])
+        return f"{self.args[0]}\n\nFault in the worker:\n{self.remote_traceback}"
 
 
 class EnvTimeoutError(ShmVecEnvError, TimeoutError):
     """A worker did not answer within ``timeout`` seconds (a hung env).
 
     The VecEnv is closed when this is raised: the hung worker is killed, shared memory released.
+    (Restart mode kills and rebuilds the worker instead, as for :class:`WorkerCrashedError`.)
     """
 
     def __init__(

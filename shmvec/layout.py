@@ -137,6 +137,36 @@ def _unflatten_tuple(space: spaces.Tuple, arrays: Iterator[Any]) -> tuple[Any, .
     return tuple(unflatten(sub, arrays) for sub in space.spaces)
 
 
+def inf_allowed(space: spaces.Space) -> list[bool | None]:
+    """Per leaf (in :func:`leaves` order): None for integer leaves (never NaN), else whether the Box
+    allows +/-inf (some bound infinite). NaN is in no Box: ``Box.contains`` is False for it."""
+    if isinstance(space, spaces.Dict):
+        return [x for sub in space.spaces.values() for x in inf_allowed(sub)]
+    if isinstance(space, spaces.Tuple):
+        return [x for sub in space.spaces for x in inf_allowed(sub)]
+    if isinstance(space, spaces.Box) and np.dtype(space.dtype).kind == "f":
+        return [not (np.isfinite(space.low).all() and np.isfinite(space.high).all())]
+    return [None]
+
+
+def check_finite(
+    arrays: list[np.ndarray], rules: list[bool | None], names: list[str]
+) -> tuple[int, str] | None:
+    """First ``(row, message)`` whose float leaves hold NaN, or inf where the Box's bounds are finite.
+
+    ``arrays`` are batched leaves (rows = envs); ``rules`` from :func:`inf_allowed`.
+    """
+    for arr, allow_inf, name in zip(arrays, rules, names):
+        if allow_inf is None:
+            continue
+        bad = ~np.isfinite(arr) if not allow_inf else np.isnan(arr)
+        rows = np.flatnonzero(bad.reshape(len(arr), -1).any(axis=1)) if arr.size else np.zeros(0, np.int64)
+        if len(rows):
+            what = "NaN or inf (its Box bounds are finite)" if not allow_inf else "NaN"
+            return int(rows[0]), f"key {name!r}: observation contains {what}"
+    return None
+
+
 def write_leaf(batch: np.ndarray, i: int, value: Any, leaf: Leaf, env_index: int) -> None:
     """Copy one env's leaf value into row ``i`` of a batched shared-memory array, refusing what does not fit.
 

@@ -36,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import mmap
 import os
+import secrets
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -177,7 +178,7 @@ class Ring:
         """Allocate a zeroed segment for ``n_envs`` envs and ``n_slots`` slots (main process)."""
         wanted, size = plan_fields(obs_leaves, n_envs, n_slots, action_leaf, codecs)
         check_free_space(size)
-        shm = shared_memory.SharedMemory(create=True, size=size)
+        shm = shared_memory.SharedMemory(create=True, size=size, name=segment_name())
         fields, offset = [], 0
         for name, shape, dtype in wanted:
             offset = _aligned(offset)
@@ -231,6 +232,15 @@ class Ring:
             with contextlib.suppress(FileNotFoundError):
                 shm.unlink()
         shm.close()
+
+
+SEGMENT_PREFIX = "psm_sv"
+
+
+def segment_name(pid: int | None = None) -> str:
+    """A new segment name that says which process created it: ``psm_sv<pid>_<random>``, so leak
+    checks (and people) can tell a ShmVecEnv's segment in ``/dev/shm`` from anyone else's."""
+    return f"{SEGMENT_PREFIX}{os.getpid() if pid is None else pid}_{secrets.token_hex(4)}"
 
 
 def _attach_untracked(name: str) -> shared_memory.SharedMemory:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 import multiprocessing as mp
 import os
+import signal
 import sys
+import tempfile
 import time
 import warnings
 import weakref
@@ -35,6 +38,14 @@ from shmvec.errors import (
 )
 from shmvec.layout import Leaf, leaves, unflatten
 from shmvec.protocol import RemoteError
+from shmvec.restart import (
+    ON_CRASH_MODES,
+    REASON_KEY,
+    RESTARTED_KEY,
+    Fault,
+    RestartBudget,
+    restart_seed,
+)
 from shmvec.ring import Ring
 from shmvec.worker import thread_env, worker_main
 
@@ -44,6 +55,13 @@ if TYPE_CHECKING:
 _ARRAY_ACTION_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
 # How long close() lets a worker finish its current command and exit before terminating it (s).
 _CLOSE_GRACE_S = 5.0
+# Starting a worker (imports, env factories) may take longer than a step: the start-up wait is at
+# least this long even with a short ``timeout`` (s). A dead worker is still noticed at once.
+_STARTUP_TIMEOUT_S = 60.0
+# Commands after which restart mode rebuilds a worker whose env raised (its envs may be mid-step).
+_RESTART_ON_ENV_ERROR = ("step", "reset")
+
+logger = logging.getLogger("shmvec")
 
 _MAIN_GUARD_HINT = (
     "With the '{method}' start method each worker re-imports your main script: if the code that "
@@ -83,6 +101,15 @@ class _Resources:
         self.remotes: list[Connection] = []
         self.ring: Ring | None = None
         self.decoder: Decoder | None = None
+        # Per worker: an fd of the file its faulthandler writes to (unlinked once the worker runs).
+        self.fault_logs: list[tuple[int, str]] = []
+
+    def close_fault_log(self, w: int) -> None:
+        fd, path = self.fault_logs[w]
+        with suppress(OSError):
+            os.unlink(path)
+        with suppress(OSError):
+            os.close(fd)
 
     def release(self, graceful: bool = True) -> None:
         if self.decoder is not None:
@@ -116,6 +143,9 @@ class _Resources:
                 process.close()
             except ValueError:  # still running after kill: leave it to the OS
                 pass
+        for w in range(len(self.fault_logs)):
+            self.close_fault_log(w)
+        self.fault_logs = []
         if self.ring is not None:
             self.ring.close()
             self.ring = None
@@ -168,6 +198,23 @@ class ShmVecEnv(VecEnv):
         is refused (ValueError).
     :param decode_threads: threads decoding a batch in parallel (default None: as many as usable CPUs
         when every codec releases the GIL, else 1).
+    :param on_crash: ``"raise"`` (default): a dead or hung worker raises :class:`WorkerCrashedError` /
+        :class:`EnvTimeoutError` and closes the VecEnv; an env exception raises :class:`EnvError`.
+        ``"restart"``: a worker that dies, hangs past ``timeout``, or whose env raises during
+        ``step``/``reset`` is killed and rebuilt from its factories; its envs end their episode in that
+        step with ``done=True``, ``info["TimeLimit.truncated"] = True``,
+        ``info["shmvec.restarted"] = True``, ``info["shmvec.restart_reason"]`` (a sentence) and their
+        last observation as ``terminal_observation``; the batch holds the rebuilt envs' reset
+        observations. Other envs are unaffected. Needs ``n_slots >= 2``. See :mod:`shmvec.restart`
+        for the seeds of rebuilt envs.
+    :param max_restarts: restart mode: worker restarts allowed within ``restart_window`` (default 10);
+        one more raises the error that caused it and closes the VecEnv.
+    :param restart_window: restart mode: length in seconds of the sliding window ``max_restarts``
+        applies to (default 60.0; None: the VecEnv's whole life).
+    :param check_finite: if True, workers refuse observations (and terminal observations) with NaN
+        in a float Box leaf, or +/-inf in one whose bounds are all finite: an :class:`EnvError` caused by
+        :class:`ObservationError` naming env and key (in restart mode the worker is restarted). Off by
+        default: it reads every float observation once more per step.
     """
 
     def __init__(
@@ -185,6 +232,10 @@ class ShmVecEnv(VecEnv):
         verify_every: int = 100,
         tolerance: Tolerance | None = None,
         decode_threads: int | None = None,
+        on_crash: str = "raise",
+        max_restarts: int = 10,
+        restart_window: float | None = 60.0,
+        check_finite: bool = False,
     ) -> None:
         self.closed = True  # until start-up succeeds, close() has nothing of ours to do
         self.waiting = False
@@ -208,6 +259,17 @@ class ShmVecEnv(VecEnv):
             raise ValueError(f"verify_every must be >= 0 (0: never verify), got {verify_every}")
         if timeout is not None and timeout <= 0:
             raise ValueError(f"timeout must be > 0 seconds or None, got {timeout}")
+        if on_crash not in ON_CRASH_MODES:
+            raise ValueError(f"on_crash must be one of {ON_CRASH_MODES}, got {on_crash!r}")
+        if on_crash == "restart" and n_slots < 2:
+            raise ValueError(
+                "on_crash='restart' needs n_slots >= 2: the last observation of a crashed env is read "
+                "from the previous slot"
+            )
+        if codec is not None and (on_crash == "restart" or check_finite):
+            # Both read raw observations from the ring slots, which hold encoded bytes with a codec.
+            raise ValueError("on_crash='restart' and check_finite=True do not work with a codec yet")
+        budget = RestartBudget(max_restarts, restart_window)
         if start_method is None:
             start_method = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
         ctx = mp.get_context(start_method)  # ValueError("cannot find context for ...") like SB3
@@ -217,7 +279,23 @@ class ShmVecEnv(VecEnv):
         self.copy = copy
         self.timeout = timeout
         self.reward_dtype = np.dtype(reward_dtype)
+        self.on_crash = on_crash
+        self.check_finite = check_finite
         self.worker_envs: list[range] = split_envs(n_envs, n_workers)
+        self._ctx: Any = ctx
+        self._worker_threads = worker_threads
+        self._worker_fns: list[bytes | list[Callable[[], gym.Env]]] = []
+        # Restart mode: budget, workers rebuilt but not yet reset (-> reason), per-env restart counts
+        # and the last seed each env was reset with (for reproducible seeds of rebuilt envs).
+        self._budget = budget
+        self._needs_reset: dict[int, str] = {}
+        self._faults: list[Fault] = []
+        self._restart_counts = [0] * n_envs
+        self._last_seeds: list[int | None] = [None] * n_envs
+        self._stepping: list[int] = list(range(n_workers))
+        # Where the last batch the caller saw lives: a slot, or (rarely) a copy; see _note_previous_slot.
+        self._prev_slot = 0
+        self._prev_copy: list[np.ndarray] | None = None
         self._res = _Resources()
         self._finalizer = weakref.finalize(self, self._res.release)
         self._slot = 0
@@ -233,7 +311,9 @@ class ShmVecEnv(VecEnv):
             codecs = self._leaf_codecs(codec, tolerance)
             self._res.ring = Ring.create(self._obs_leaves, n_envs, n_slots, self._action_leaf, codecs)
             self.closed = False
-            self._call_all("attach", [(self._res.ring.spec, codecs, verify_every)] * n_workers)
+            self._attach_payload = (self._res.ring.spec, codecs, verify_every)
+            self._call_all("attach", [self._attach_payload] * n_workers)
+            self._configure(range(n_workers))
             if codecs is not None:
                 if decode_threads is None:
                     gil_free = all(c is None or c.releases_gil for c in codecs)
@@ -268,22 +348,12 @@ class ShmVecEnv(VecEnv):
             fns: bytes | list[Callable[[], gym.Env]] = group_fns
             if self.start_method != "fork":
                 fns = _pickle_factories(group_fns, group.start, self.start_method)
-            remote, work_remote = ctx.Pipe()
-            # The pipe is created right before its own worker so no other worker inherits the
-            # child end: a dead worker then shows up as EOF instead of a silent hang.
-            process = ctx.Process(
-                target=worker_main,
-                args=(work_remote, fns, group.start, worker_threads),
-                daemon=True,
-                name=f"shmvec-worker-{w}",
-            )
-            with _environ(thread_env(worker_threads)):
-                process.start()
-            work_remote.close()
-            self._res.processes.append(process)
-            self._res.remotes.append(remote)
+            # Kept in the main process: restart mode rebuilds a worker from them.
+            self._worker_fns.append(fns)
+            self._start_worker(w)
 
         replies = self._gather(range(self.n_workers), "make_env")
+        self._unlink_fault_logs(range(self.n_workers))
         env_spaces = [s for (_, per_worker) in replies for s in per_worker]
         obs_space, act_space = env_spaces[0]
         for i, (o, a) in enumerate(env_spaces):
@@ -305,6 +375,57 @@ class ShmVecEnv(VecEnv):
         codecs = per_leaf(codec, names, [(leaf.shape, leaf.dtype) for leaf in self._obs_leaves])
         check_lossy(codecs, names, tolerance)
         return None if all(c is None for c in codecs) else tuple(codecs)
+
+    def _start_worker(self, w: int) -> None:
+        """Start worker ``w`` (new, or in place of a dead one) with its factories."""
+        fault_log = tempfile.mkstemp(prefix=f"shmvec-worker-{w}-", suffix=".fault")
+        if w < len(self._res.fault_logs):
+            self._res.close_fault_log(w)
+            self._res.fault_logs[w] = fault_log
+        else:
+            self._res.fault_logs.append(fault_log)
+        remote, work_remote = self._ctx.Pipe()
+        # The pipe is created right before its own worker so no other worker inherits the
+        # child end: a dead worker then shows up as EOF instead of a silent hang.
+        process = self._ctx.Process(
+            target=worker_main,
+            args=(
+                work_remote,
+                self._worker_fns[w],
+                self.worker_envs[w].start,
+                self._worker_threads,
+                fault_log[1],
+            ),
+            daemon=True,
+            name=f"shmvec-worker-{w}",
+        )
+        with _environ(thread_env(self._worker_threads)):
+            process.start()
+        work_remote.close()
+        if w < len(self._res.processes):
+            self._res.processes[w], self._res.remotes[w] = process, remote
+        else:
+            self._res.processes.append(process)
+            self._res.remotes.append(remote)
+
+    def _configure(self, workers: Iterable[int]) -> None:
+        """Send the per-worker options (only ``check_finite`` so far) once a worker is attached."""
+        workers = list(workers)
+        if self.check_finite:
+            self._call_all("configure", [{"check_finite": True}] * len(workers), workers, "attach")
+
+    def _unlink_fault_logs(self, workers: Iterable[int]) -> None:
+        """The workers have opened their fault logs: remove the names, so nothing is left in the temp
+        directory whatever happens; the main process reads them through its own fds."""
+        for w in workers:
+            with suppress(OSError):
+                os.unlink(self._res.fault_logs[w][1])
+
+    def _fault_text(self, w: int) -> str:
+        try:
+            return os.pread(self._res.fault_logs[w][0], 1 << 16, 0).decode(errors="replace")
+        except (OSError, IndexError):
+            return ""
 
     @staticmethod
     def _array_action_leaf(action_space: spaces.Space) -> Leaf | None:
@@ -329,43 +450,85 @@ class ShmVecEnv(VecEnv):
             raise ClosedError("this ShmVecEnv is closed (close() was called, or a worker crashed)")
 
     def _send(self, worker: int, cmd: str, payload: Any) -> None:
+        self._send_as(worker, cmd, payload, cmd)
+
+    def _send_as(self, worker: int, cmd: str, payload: Any, label: str) -> None:
         try:
             self._res.remotes[worker].send((cmd, payload))
         except (BrokenPipeError, ConnectionResetError, EOFError):
-            self._raise_crashed(worker, cmd)
+            if not self._recovering(label):
+                self._raise_crashed(worker, label)
+            # Restart mode: the wait that follows sees the dead worker and rebuilds it.
 
-    def _call_all(self, cmd: str, payloads: Sequence[Any], workers: Iterable[int] | None = None) -> list[Any]:
-        """Send one command to each worker, then wait for all answers; results in worker order."""
+    def _recovering(self, command: str) -> bool:
+        return self.on_crash == "restart" and command not in ("make_env", "attach") and not self.closed
+
+    def _call_all(
+        self,
+        cmd: str,
+        payloads: Sequence[Any],
+        workers: Iterable[int] | None = None,
+        label: str | None = None,
+    ) -> list[Any]:
+        """Send one command to each worker, then wait for all answers; results in worker order.
+
+        ``label`` names the command in errors (e.g. ``"env_method:render"``; default ``cmd``).
+        """
         workers = list(range(self.n_workers)) if workers is None else list(workers)
-        self._command = cmd
+        label = label or cmd
+        self._command = label
         for w, payload in zip(workers, payloads):
-            self._send(w, cmd, payload)
-        return self._gather(workers, cmd)
+            self._send_as(w, cmd, payload, label)
+        return self._gather(workers, label)
 
     def _gather(self, workers: Iterable[int], command: str) -> list[Any]:
         """Wait for one reply from each worker, watching for death and the timeout.
 
         Every worker is waited for even after one reports an error, so the pipes stay in step and the
-        VecEnv remains usable; the first error is raised afterwards.
+        VecEnv remains usable; the error of the first such worker is raised afterwards.
+
+        Restart mode: a worker that dies, does not answer within ``timeout`` or (for ``step``/``reset``)
+        whose env raises is listed in ``self._faults`` and its result is None. After ``step`` and
+        ``reset`` the caller rebuilds those workers; after any other command they are rebuilt here and
+        the error is raised (the VecEnv stays open).
         """
         workers = list(workers)
+        recover = self._recovering(command)
         remotes, processes = self._res.remotes, self._res.processes
         results: dict[int, Any] = {}
-        error: RemoteError | None = None
+        errors: dict[int, RemoteError] = {}
+        faults: dict[int, Fault] = {}
         pending = {remotes[w]: w for w in workers}
         sentinels = {processes[w].sentinel: w for w in workers}
-        deadline = None if self.timeout is None else time.monotonic() + self.timeout
+        timeout = self.timeout
+        if command == "make_env" and timeout is not None:
+            timeout = max(timeout, _STARTUP_TIMEOUT_S)
+        deadline = None if timeout is None else time.monotonic() + timeout
+
+        def lost(w: int) -> None:
+            if not recover:
+                self._raise_crashed(w, command)
+            error = self._crash_error(w, command)
+            faults[w] = Fault(w, error.args[0], error)
+            pending.pop(remotes[w], None)
+
         while pending:
             wait_s = None if deadline is None else max(0.0, deadline - time.monotonic())
             ready = wait([*pending, *(s for s, w in sentinels.items() if remotes[w] in pending)], wait_s)
             if not ready:
-                w = next(iter(pending.values()))
-                self._raise_timeout(w, command)
+                hung = sorted(pending.values())
+                if not recover:
+                    self._raise_timeout(hung[0], command)
+                for w in hung:
+                    _kill(processes[w])
+                    error = self._timeout_error(w, command, "it was killed and will be restarted")
+                    faults[w] = Fault(w, error.args[0], error)
+                break
             for obj in ready:
                 if isinstance(obj, int):  # a sentinel: the process ended
                     w = sentinels[obj]
                     if remotes[w] in pending and not remotes[w].poll():
-                        self._raise_crashed(w, command)
+                        lost(w)
                     continue
                 if obj not in pending:
                     continue
@@ -373,18 +536,36 @@ class ShmVecEnv(VecEnv):
                 try:
                     ok, payload = obj.recv()
                 except (EOFError, OSError):
-                    self._raise_crashed(w, command)
+                    lost(w)
+                    continue
                 del pending[obj]
                 if ok:
                     results[w] = payload
                 else:
                     results[w] = None
-                    error = error or payload
-        if error is not None:
-            self._raise_env_error(error, command)
-        return [results[w] for w in workers]
+                    errors[w] = payload
+        if recover and command in _RESTART_ON_ENV_ERROR:
+            for w, err in errors.items():
+                env_error = self._env_error(err)
+                faults[w] = Fault(w, env_error.args[0], env_error)
+            errors = {}
+        self._faults = [faults[w] for w in sorted(faults)]
+        if errors:
+            self._raise_env_error(errors[min(errors)], command)
+        if self._faults and command not in _RESTART_ON_ENV_ERROR:
+            first = self._faults[0].error
+            self._restart(self._faults)
+            self._faults = []
+            first.args = (
+                f"{first.args[0]}; the worker was restarted: its envs end their episode "
+                "(done=True) at the next step",
+                *first.args[1:],
+            )
+            raise first
+        return [results.get(w) for w in workers]
 
-    def _raise_env_error(self, err: RemoteError, command: str) -> None:
+    def _env_error(self, err: RemoteError) -> EnvError:
+        """The :class:`EnvError` for an exception raised in a worker, the original chained."""
         where = f"env {err.env_index}" if err.env_index is not None else "a worker"
         message = f"{where} raised {err.exc_type.rsplit('.', 1)[-1]} during {err.command}: {err.message}"
         if err.command == "make_env":
@@ -397,20 +578,31 @@ class ShmVecEnv(VecEnv):
             exc_type=err.exc_type,
             remote_traceback=err.traceback,
         )
+        exc.__cause__ = err.original()
+        return exc
+
+    def _raise_env_error(self, err: RemoteError, command: str) -> None:
+        exc = self._env_error(err)
         if command in ("make_env", "attach"):
             self.closed = True
             self._finalizer()
         self.waiting = False
-        raise exc from err.original()
+        raise exc
 
     def _raise_crashed(self, w: int, command: str) -> None:
+        error = self._crash_error(w, command)
+        self.closed = True
+        self.waiting = False
+        self._finalizer()
+        raise error
+
+    def _crash_error(self, w: int, command: str) -> WorkerCrashedError:
+        """The :class:`WorkerCrashedError` for dead worker ``w`` (waits up to 1 s for its exit code)."""
         process = self._res.processes[w]
         process.join(1.0)
         code = process.exitcode
         if code is not None and code < 0:
             try:
-                import signal
-
                 how = f"was killed by signal {signal.Signals(-code).name}"
             except ValueError:
                 how = f"was killed by signal {-code}"
@@ -418,31 +610,37 @@ class ShmVecEnv(VecEnv):
             how = f"exited with code {code}"
         envs, pid = self.worker_envs[w], process.pid
         message = f"worker {w} (pid {pid}, envs {envs.start}..{envs.stop - 1}) {how} during {command}"
+        fault_text = self._fault_text(w)
+        if code is not None and -code in (signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS, signal.SIGFPE):
+            message += " (a crash inside the env or a native library"
+            message += "; its Python stack is in remote_traceback)" if fault_text else ")"
         if command == "make_env" and self.start_method != "fork":
             message += ". " + _MAIN_GUARD_HINT.format(method=self.start_method)
-        self.closed = True
-        self.waiting = False
-        self._finalizer()
-        raise WorkerCrashedError(
+        return WorkerCrashedError(
             message,
             worker_index=w,
             env_indices=list(envs),
             worker_pid=pid,
             exitcode=code,
             command=command,
+            remote_traceback=fault_text,
         )
 
     def _raise_timeout(self, w: int, command: str) -> None:
-        envs = self.worker_envs[w]
-        pid = self._res.processes[w].pid
+        error = self._timeout_error(w, command, "it was killed and the VecEnv closed")
         self.closed = True
         self.waiting = False
         self._finalizer.detach()
         self._res.release(graceful=False)
+        raise error
+
+    def _timeout_error(self, w: int, command: str, outcome: str) -> EnvTimeoutError:
+        envs = self.worker_envs[w]
+        pid = self._res.processes[w].pid
         assert self.timeout is not None
-        raise EnvTimeoutError(
+        return EnvTimeoutError(
             f"worker {w} (pid {pid}, envs {envs.start}..{envs.stop - 1}) did not answer {command} within "
-            f"{self.timeout:g} s; it was killed and the VecEnv closed",
+            f"{self.timeout:g} s; {outcome}",
             worker_index=w,
             env_indices=list(envs),
             worker_pid=pid,
@@ -463,6 +661,7 @@ class ShmVecEnv(VecEnv):
             slot = (self._slot + k) % self._n_slots
             if not self.copy or self._slot_free(slot):
                 self._lent[slot] = []
+                self._note_previous_slot(self._slot, slot)
                 self._slot = slot
                 return slot
         # _read_obs never lends the last free slot, so this cannot happen.
@@ -478,7 +677,13 @@ class ShmVecEnv(VecEnv):
             (slot, [self._seeds[i] for i in group], [self._options[i] for i in group])
             for group in self.worker_envs
         ]
+        for i, seed in enumerate(self._seeds):
+            if seed is not None:
+                self._last_seeds[i] = seed
         replies = self._call_all("reset", payloads)
+        if self._faults:
+            replies = self._recover_reset(payloads, replies)
+        self._needs_reset.clear()
         self.reset_infos = [info for infos in replies for info in infos]
         self._reset_seeds()
         self._reset_options()
@@ -492,7 +697,13 @@ class ShmVecEnv(VecEnv):
         self._check_open()
         if self.waiting:
             raise RuntimeError("step_async() called twice without step_wait()")
-        n = len(actions)
+        try:
+            n = len(actions)
+        except TypeError:
+            raise TypeError(
+                f"actions must be a sequence of {self.num_envs} actions (one per env, e.g. an array of "
+                f"shape ({self.num_envs}, ...)), got {type(actions).__name__}"
+            ) from None
         if n != self.num_envs:
             raise ValueError(f"expected {self.num_envs} actions (one per env), got {n}")
         ring_actions = None if self._res.ring is None else self._res.ring.views.get("actions")
@@ -510,8 +721,11 @@ class ShmVecEnv(VecEnv):
         slot = self._next_slot()
         payloads = [(slot, None if in_ring else actions[g.start : g.stop]) for g in self.worker_envs]
         self._command = "step"
-        for w, payload in enumerate(payloads):
-            self._send(w, "step", payload)
+        # Restart mode: a worker rebuilt since the last step has fresh envs that are not reset yet;
+        # step_wait resets them instead of stepping them (see _gather_step).
+        self._stepping = [w for w in range(self.n_workers) if w not in self._needs_reset]
+        for w in self._stepping:
+            self._send(w, "step", payloads[w])
         self.waiting = True
 
     def step_wait(self) -> VecEnvStepReturn:
@@ -519,7 +733,7 @@ class ShmVecEnv(VecEnv):
         self._check_open()
         if not self.waiting:
             raise RuntimeError("step_wait() called without step_async()")
-        replies = self._gather(range(self.n_workers), "step")
+        replies = self._gather_step()
         self.waiting = False
         ring = self._res.ring
         assert ring is not None
@@ -547,6 +761,143 @@ class ShmVecEnv(VecEnv):
                 self.observation_space, (view[i].copy() for view in self._final_views)
             )
         return self._read_obs(slot), rewards, dones, infos
+
+    # ------------------------------------------------------------------ restart mode
+
+    def _gather_step(self) -> list[Any]:
+        """The step replies of every worker, in worker order.
+
+        Restart mode: workers that failed this step, or were rebuilt since the last one, are rebuilt
+        and reset; their envs' rows of the slot get the reset observation, reward 0, truncated, and
+        their last observation (from the previous slot) as terminal observation; their replies carry
+        the restart info keys.
+        """
+        replies = self._gather(self._stepping, "step")
+        out: list[Any] = [[] for _ in range(self.n_workers)]
+        for w, reply in zip(self._stepping, replies):
+            out[w] = reply
+        if self._faults:
+            self._restart(self._faults)
+        if self._needs_reset:
+            for w, reply in self._reset_rebuilt(self._slot).items():
+                out[w] = reply
+        return out
+
+    def _restart(self, faults: list[Fault]) -> None:
+        """Kill and rebuild each faulty worker, or raise its error when the restart budget is spent."""
+        self._faults = []
+        for fault in faults:
+            if not self._budget.take():
+                self.closed = True
+                self.waiting = False
+                self._finalizer()
+                error = fault.error
+                error.args = (f"{error.args[0]} ({self._budget.describe()})", *error.args[1:])
+                raise error
+            w = fault.worker
+            stack = getattr(fault.error, "remote_traceback", "")
+            logger.warning(
+                "shmvec: restarting worker %d (envs %s): %s%s",
+                w,
+                list(self.worker_envs[w]),
+                fault.reason,
+                f"\n{stack}" if stack else "",
+            )
+            _kill(self._res.processes[w])
+            self._res.remotes[w].close()
+            with suppress(ValueError):
+                self._res.processes[w].close()
+            self._start_worker(w)
+            self._gather([w], "make_env")
+            self._unlink_fault_logs([w])
+            ring = self._res.ring
+            assert ring is not None
+            self._send(w, "attach", self._attach_payload)
+            self._gather([w], "attach")
+            self._configure([w])
+            for i in self.worker_envs[w]:
+                self._restart_counts[i] += 1
+            self._needs_reset[w] = fault.reason
+
+    def _note_previous_slot(self, previous: int, slot: int) -> None:
+        """Restart mode: remember where the last batch handed out lives before ``slot`` is written.
+
+        It is the previous slot, which the workers do not write in this step, unless no other slot was
+        free (copy=True with the caller holding every other one): then the workers write over it, and
+        a copy of it is kept for the terminal observations of envs whose worker fails in this step.
+        """
+        if self.on_crash != "restart":
+            return
+        self._prev_slot = previous
+        self._prev_copy = None
+        if slot == previous:
+            self._prev_copy = [view[previous].copy() for view in self._obs_views]
+
+    def _reset_rebuilt(self, slot: int) -> dict[int, list[tuple[int, dict, dict]]]:
+        """Reset the rebuilt workers into ``slot`` and end their envs' episodes there (see _gather_step)."""
+        ring = self._res.ring
+        assert ring is not None
+        last = self._prev_copy or [view[self._prev_slot] for view in self._obs_views]
+        out: dict[int, list[tuple[int, dict, dict]]] = {}
+        while self._needs_reset:
+            workers = sorted(self._needs_reset)
+            for w in workers:
+                g = self.worker_envs[w]
+                # The last observation the agent saw is intact in the previous slot (n_slots >= 2):
+                # the failed worker may have half-written this slot, never that one.
+                for final, obs in zip(self._final_views, last):
+                    final[g.start : g.stop] = obs[g.start : g.stop]
+            payloads = [
+                (
+                    slot,
+                    [restart_seed(self._last_seeds[i], self._restart_counts[i]) for i in self.worker_envs[w]],
+                    [None] * len(self.worker_envs[w]),
+                )
+                for w in workers
+            ]
+            replies = self._call_all("reset", payloads, workers)
+            failed = {f.worker for f in self._faults}
+            for w, reset_infos in zip(workers, replies):
+                if w in failed:
+                    continue
+                reason = self._needs_reset.pop(w)
+                g = self.worker_envs[w]
+                ring.views["rewards"][slot, g.start : g.stop] = 0.0
+                ring.views["terminated"][slot, g.start : g.stop] = False
+                ring.views["truncated"][slot, g.start : g.stop] = True
+                restarted = {RESTARTED_KEY: True, REASON_KEY: reason}
+                out[w] = [(k, dict(restarted), {**info, **restarted}) for k, info in enumerate(reset_infos)]
+            if self._faults:
+                self._restart(self._faults)
+        return out
+
+    def _recover_reset(self, payloads: list[Any], replies: list[Any]) -> list[Any]:
+        """Restart mode, after a failed ``reset()``: rebuild the failed workers and reset them again with
+        the same seeds (or, for unseeded envs, :func:`shmvec.restart.restart_seed`)."""
+        replies = list(replies)
+        while self._faults:
+            faults = self._faults
+            self._restart(faults)
+            workers = [f.worker for f in faults]
+            retry = []
+            for w in workers:
+                slot, seeds, options = payloads[w]
+                seeds = [
+                    s if s is not None else restart_seed(self._last_seeds[i], self._restart_counts[i])
+                    for i, s in zip(self.worker_envs[w], seeds)
+                ]
+                retry.append((slot, seeds, options))
+            reasons = {w: self._needs_reset[w] for w in workers}
+            for w, reply in zip(workers, self._call_all("reset", retry, workers)):
+                if reply is not None and w not in {f.worker for f in self._faults}:
+                    replies[w] = [{**info, RESTARTED_KEY: True, REASON_KEY: reasons[w]} for info in reply]
+                    self._needs_reset.pop(w, None)
+        return replies
+
+    @property
+    def n_restarts(self) -> int:
+        """Worker restarts so far (restart mode)."""
+        return self._budget.total
 
     def _read_obs(self, slot: int) -> VecEnvObs:
         if self._decoder is not None:
@@ -598,7 +949,10 @@ class ShmVecEnv(VecEnv):
         if self.waiting:
             raise RuntimeError(f"{cmd} called while a step is pending: call step_wait() first")
         plan = self._by_worker(indices)
-        replies = self._call_all(cmd, [(local, *args) for _, local, _ in plan], [w for w, _, _ in plan])
+        label = f"{cmd}:{args[0]}" if cmd in ("get_attr", "has_attr", "set_attr", "env_method") else cmd
+        replies = self._call_all(
+            cmd, [(local, *args) for _, local, _ in plan], [w for w, _, _ in plan], label
+        )
         out: list[Any] = [None] * sum(len(p) for _, _, p in plan)
         for (_, _, positions), values in zip(plan, replies):
             if values is None:
@@ -663,6 +1017,14 @@ def _pickle_factories(fns: list[Callable[[], gym.Env]], first: int, method: str)
             f"({type(exc).__name__}: {exc}). Make it a module-level function or a functools.partial of "
             "picklable arguments, or use start_method='fork'."
         ) from exc
+
+
+def _kill(process: Any) -> None:
+    """SIGKILL a worker and reap it (a hung or broken env gets no chance to clean up: its envs are
+    rebuilt anyway, and the shared memory belongs to the main process)."""
+    if process.is_alive():
+        process.kill()
+    process.join(5.0)
 
 
 @contextmanager

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import faulthandler
 import os
+import pickle
 import signal
 import sys
 from collections.abc import Callable
@@ -24,7 +26,8 @@ import cloudpickle
 import gymnasium as gym
 import numpy as np
 
-from shmvec.layout import Leaf, flatten, leaves, write_leaf
+from shmvec.errors import ObservationError
+from shmvec.layout import Leaf, check_finite, flatten, inf_allowed, leaves, write_leaf
 from shmvec.protocol import READY, RemoteError
 from shmvec.ring import Ring, RingSpec
 
@@ -125,6 +128,7 @@ class _Worker:
         self.obs: list[Any] = []  # per leaf: the batched ring array, or an EncodedArea
         self.final: list[Any] = []
         self.encoders: list[LeafEncoder] = []
+        self.finite_rules: list[bool | None] | None = None  # set by ``configure(check_finite=True)``
 
     def attach(self, payload: tuple[RingSpec, tuple[Codec | None, ...] | None, int]) -> None:
         """Map the ring. ``payload``: the ring spec, the codec of each leaf (None: no codec at all)
@@ -154,6 +158,26 @@ class _Worker:
         actions = self.ring.views.get("actions")
         self.actions = None if actions is None else actions[lo:hi]
 
+    def configure(self, payload: dict[str, Any]) -> None:
+        if payload.get("check_finite"):
+            self.finite_rules = inf_allowed(self.space)
+
+    def check_finite(self, slot: int, finals: bool) -> None:
+        """Refuse NaN (and inf where the bounds are finite) in this worker's rows of ``slot`` and, after
+        a step, in the terminal observations of envs that ended."""
+        assert self.finite_rules is not None
+        names = [leaf.name for leaf in self.leaves]
+        areas = [("", [a[slot] for a in self.obs], np.arange(len(self.envs)))]
+        if finals:
+            ended = np.flatnonzero(self.terminated[slot] | self.truncated[slot])
+            areas.append(("terminal ", [a[ended] for a in self.final], ended))
+        for what, arrays, rows in areas:
+            found = check_finite(arrays, self.finite_rules, names)
+            if found is not None:
+                row, message = found
+                self.current = int(rows[row])
+                raise ObservationError(f"env {self.first_env + self.current}, {what}{message}")
+
     def write(self, dst: list[np.ndarray], i: int, obs: Any) -> None:
         env_index = self.first_env + i
         for leaf, arr, value in zip(self.leaves, dst, flatten(self.space, obs, [])):
@@ -172,12 +196,12 @@ class _Worker:
             if isinstance(action, np.ndarray):
                 # A view into the ring (or into the unpickled batch) must not be kept by the env.
                 action = action.copy()
-            obs, reward, term, trunc, info = env.step(action)
+            obs, reward, term, trunc, info = _check_step(env.step(action), self.first_env + i)
             reset_info = None
             if term or trunc:
                 # The terminal observation goes to its own area before the reset obs fills the slot.
                 self.write(self.final, i, obs)
-                obs, reset_info = env.reset()
+                obs, reset_info = _check_reset(env.reset(), self.first_env + i)
                 for encoder in self.encoders:
                     encoder.restart(i)
             self.write(obs_slot, i, obs)
@@ -196,7 +220,7 @@ class _Worker:
         for i, env in enumerate(self.envs):
             self.current = i
             maybe_options = {"options": options[i]} if options[i] else {}
-            obs, info = env.reset(seed=seeds[i], **maybe_options)
+            obs, info = _check_reset(env.reset(seed=seeds[i], **maybe_options), self.first_env + i)
             for encoder in self.encoders:
                 encoder.restart(i)
             self.write(obs_slot, i, obs)
@@ -246,6 +270,63 @@ class _Worker:
             self.ring.close()
 
 
+def _check_reset(result: Any, env_index: int) -> tuple[Any, dict]:
+    """``(obs, info)`` from ``env.reset()``, or a clear error for the old gym API and other shapes."""
+    if isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], dict):
+        return result
+    raise TypeError(
+        f"env {env_index}: reset() must return a tuple (obs, info) with an info dict (gymnasium API), "
+        f"got {_describe(result)}"
+    )
+
+
+def _check_step(result: Any, env_index: int) -> tuple[Any, Any, Any, Any, dict]:
+    """``(obs, reward, terminated, truncated, info)`` from ``env.step()``, or a clear error."""
+    if isinstance(result, tuple) and len(result) == 5 and isinstance(result[4], dict):
+        return result
+    hint = ""
+    if isinstance(result, tuple) and len(result) == 4:
+        hint = " (the old gym API returned 4 values: update the env or wrap it with shimmy)"
+    raise TypeError(
+        f"env {env_index}: step() must return a tuple (obs, reward, terminated, truncated, info) "
+        f"(gymnasium API), got {_describe(result)}{hint}"
+    )
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, tuple):
+        return f"a tuple of {len(value)} ({', '.join(type(v).__name__ for v in value)})"
+    return f"a {type(value).__name__}"
+
+
+def _unpicklable(
+    cmd: str, payload: Any, result: Any, first_env: int, exc: Exception
+) -> tuple[int | None, Exception]:
+    """Find which env and which info key (or attribute value) of a reply cannot be pickled."""
+    items: list[tuple[int, str, dict]] = []  # (local env, what, dict)
+    if cmd == "step":
+        for i, info, reset_info in result:
+            items += [(i, "info", info), (i, "reset info", reset_info or {})]
+    elif cmd == "reset":
+        items = [(i, "reset info", info) for i, info in enumerate(result)]
+    elif isinstance(payload, tuple) and isinstance(result, list):
+        what = f"the result of {_command_name(cmd, payload)}"
+        items = [(i, what, {None: value}) for i, value in zip(payload[0], result)]
+    for i, what, values in items:
+        for key, value in values.items():
+            try:
+                pickle.dumps(value)
+            except Exception as value_exc:
+                where = f"{what} key {key!r}" if key is not None else what
+                kind = f"{type(value).__module__}.{type(value).__qualname__}"
+                return first_env + i, TypeError(
+                    f"env {first_env + i}: {where} holds a {kind}"
+                    f" that cannot be pickled ({type(value_exc).__name__}: {value_exc}); what a worker "
+                    "returns (infos, attributes, method results) travels to the main process by pickle"
+                )
+    return None, exc
+
+
 def _has_wrapper_attr(env: gym.Env, name: str) -> bool:
     try:
         env.get_wrapper_attr(name)
@@ -260,11 +341,29 @@ def _command_name(cmd: str, payload: Any) -> str:
     return cmd
 
 
+_fault_file: Any = None  # kept open for faulthandler for the life of the worker
+
+
+def _enable_faulthandler(path: str | None) -> None:
+    """On a segfault, abort, SIGBUS or SIGFPE in an env (or its native library), write the Python
+    traceback to ``path`` (the main process reads it into the error) or, without one, to stderr."""
+    global _fault_file
+    try:
+        if path is not None:
+            _fault_file = open(path, "w")  # noqa: SIM115 - must outlive this function
+            faulthandler.enable(file=_fault_file)
+        else:
+            faulthandler.enable()
+    except Exception:
+        pass
+
+
 def worker_main(
     conn: Connection,
     env_fns: bytes | list[Callable[[], Any]],
     first_env: int,
     n_threads: int | None,
+    fault_log: str | None = None,
 ) -> None:
     """Entry point of a worker process.
 
@@ -272,9 +371,11 @@ def worker_main(
     :param env_fns: the env factories, cloudpickled (spawn/forkserver) or as objects (fork).
     :param first_env: global index of the first env of this worker.
     :param n_threads: BLAS/OpenMP threads allowed in this worker (None: leave as is).
+    :param fault_log: file for faulthandler's traceback if the worker crashes (None: stderr).
     """
     # Ctrl-C reaches the whole process group; the main process decides what happens, then closes us.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _enable_faulthandler(fault_log)
     _exit_with_parent()
     limit_threads(n_threads)
     pid = os.getpid()
@@ -301,6 +402,7 @@ def worker_main(
         "env_method": worker.env_method,
         "is_wrapped": worker.is_wrapped,
         "render": worker.render,
+        "configure": worker.configure,
     }
     try:
         while True:
@@ -312,6 +414,8 @@ def worker_main(
                 break
             try:
                 result = handlers[cmd](payload)
+                if worker.finite_rules is not None and cmd in ("step", "reset"):
+                    worker.check_finite(payload[0], finals=cmd == "step")
             except Exception as exc:
                 env_index = None if worker.current is None else first_env + worker.current
                 worker.current = None
@@ -320,7 +424,9 @@ def worker_main(
             try:
                 conn.send((True, result))
             except Exception as exc:  # e.g. an info dict or attribute value that cannot be pickled
-                conn.send((False, RemoteError.capture(exc, None, _command_name(cmd, payload), pid)))
+                # Pickling fails before anything is written, so the pipe is still in step.
+                env_index, exc = _unpicklable(cmd, payload, result, first_env, exc)
+                conn.send((False, RemoteError.capture(exc, env_index, _command_name(cmd, payload), pid)))
     finally:
         worker.close()
         conn.close()

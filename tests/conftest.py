@@ -9,11 +9,16 @@ import time
 import psutil
 import pytest
 
+from shmvec.ring import SEGMENT_PREFIX
 
-def shm_segments() -> set[str]:
-    """Names of shared-memory segments (multiprocessing names them psm_*) in /dev/shm."""
+
+def shm_segments(pid: int | None = None) -> set[str]:
+    """Names of the ShmVecEnv segments in /dev/shm created by process ``pid`` (default: this one).
+
+    Only our own: other test runs on the same machine create and free segments concurrently."""
+    prefix = f"{SEGMENT_PREFIX}{os.getpid() if pid is None else pid}_"
     try:
-        return {n for n in os.listdir("/dev/shm") if n.startswith("psm_")}
+        return {n for n in os.listdir("/dev/shm") if n.startswith(prefix)}
     except FileNotFoundError:
         return set()
 

@@ -213,3 +213,78 @@ class GoalEnv(gym.Env):
         self.pos = np.clip(self.pos + action, -1, 1).astype(np.float32)
         reward = float(self.compute_reward(self.pos, self.goal, {}))
         return self._obs(), reward, reward == 0.0, self.t >= 10, {}
+
+
+def misbehave(fault: str) -> None:
+    """Fail the way a real env can: ``kill`` (SIGKILL, e.g. the OOM killer), ``segv`` (a segfault in
+    native code), ``abort``, ``exit`` (``os._exit(3)``), ``raise`` or ``hang``."""
+    if fault == "kill":
+        os.kill(os.getpid(), 9)
+    elif fault == "segv":
+        import ctypes
+
+        ctypes.string_at(0)
+    elif fault == "abort":
+        os.abort()
+    elif fault == "exit":
+        os._exit(3)
+    elif fault == "raise":
+        raise RuntimeError("simulated env failure")
+    elif fault == "hang":
+        time.sleep(3600)
+    else:
+        raise ValueError(f"unknown fault {fault!r}")
+
+
+class FaultyEnv(gym.Env):
+    """A small deterministic image env that misbehaves on purpose.
+
+    :param fault: see :func:`misbehave`; None never misbehaves.
+    :param where: ``"step"``: at the ``at``-th step of this env's life; ``"reset"``: at its ``at``-th
+        reset; ``"render"``/``"method"``: when ``render()``/``misbehave_now()`` is called.
+    :param delay: seconds to sleep in every step (a slow env, to catch a worker mid-step).
+    Episodes end every 5 steps, alternately by termination and truncation.
+    """
+
+    metadata = {"render_modes": ["rgb_array"]}
+    observation_space = spaces.Box(0, 255, (4, 4, 1), np.uint8)
+    action_space = spaces.Discrete(3)
+
+    def __init__(
+        self, fault: str | None = None, at: int = 3, where: str = "step", delay: float = 0.0
+    ) -> None:
+        self.fault, self.at, self.where, self.delay = fault, at, where, delay
+        self.render_mode = "rgb_array"
+        self.steps = self.resets = self.t = 0
+
+    def _maybe(self, where: str, count: int | None = None) -> None:
+        if self.fault is not None and self.where == where and (count is None or count == self.at):
+            misbehave(self.fault)
+
+    def _obs(self) -> np.ndarray:
+        return self.np_random.integers(0, 256, (4, 4, 1), dtype=np.uint8)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.resets += 1
+        self._maybe("reset", self.resets)
+        self.t = 0
+        return self._obs(), {"seed": seed}
+
+    def step(self, action):
+        self.steps += 1
+        self.t += 1
+        if self.delay:
+            time.sleep(self.delay)
+        self._maybe("step", self.steps)
+        done = self.t % 5 == 0
+        terminated = done and (self.t // 5) % 2 == 1
+        return self._obs(), float(action) + self.t, terminated, done and not terminated, {}
+
+    def render(self):
+        self._maybe("render")
+        return np.zeros((2, 2, 3), np.uint8)
+
+    def misbehave_now(self) -> int:
+        self._maybe("method")
+        return os.getpid()

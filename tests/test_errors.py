@@ -158,3 +158,155 @@ def test_missing_main_guard_gets_a_hint(tmp_path):
     assert proc.returncode != 0
     assert "WorkerCrashedError" in proc.stderr
     assert 'if __name__ == "__main__":' in proc.stderr
+
+
+class _MisbehavingEnv(gym.Env):
+    """Breaks the gymnasium API in one chosen way."""
+
+    observation_space = spaces.Box(0, 1, (2,), np.float32)
+    action_space = spaces.Discrete(2)
+
+    def __init__(self, how: str) -> None:
+        self.how = how
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        obs = np.zeros(2, np.float32)
+        if self.how == "reset_obs_only":
+            return obs
+        if self.how == "reset_lock_info":
+            return obs, {"ok": 1, "lock": threading.Lock()}
+        return obs, {}
+
+    def step(self, action):
+        obs = np.zeros(2, np.float32)
+        if self.how == "old_gym_step":
+            return obs, 0.0, False, {}
+        if self.how == "lock_info":
+            return obs, 0.0, False, False, {"ok": 1, "handle": threading.Lock()}
+        return obs, 0.0, False, False, {}
+
+    def make_lock(self):
+        return threading.Lock()
+
+
+@pytest.mark.parametrize(
+    "how,call,message",
+    [
+        ("reset_obs_only", "reset", r"env 1: reset\(\) must return a tuple \(obs, info\).*got a ndarray"),
+        ("old_gym_step", "step", r"env 1: step\(\) must return a tuple .*got a tuple of 4.*old gym API"),
+        ("lock_info", "step", r"env 1: info key 'handle' holds a _thread.lock that cannot be pickled"),
+        (
+            "reset_lock_info",
+            "reset",
+            r"env 1: reset info key 'lock' holds a _thread.lock that cannot be pickled",
+        ),
+        (
+            "none",
+            "method",
+            r"env 0: the result of env_method:make_lock holds a _thread.lock that cannot be pickled",
+        ),
+    ],
+)
+def test_env_breaking_the_api_is_named(no_leaks, how, call, message):
+    fns = [functools.partial(_MisbehavingEnv, "none"), functools.partial(_MisbehavingEnv, how)]
+    with ShmVecEnv(fns, "fork", n_workers=1) as env:
+        if call != "reset":
+            env.reset()
+        with pytest.raises(EnvError, match=message) as info:
+            if call == "reset":
+                env.reset()
+            elif call == "step":
+                env.step(np.zeros(2, np.int64))
+            else:
+                env.env_method("make_lock")
+        assert info.value.env_index == (0 if call == "method" else 1)
+        assert env.get_attr("how") == ["none", how]  # the worker answers normally afterwards
+
+
+def test_actions_of_the_wrong_type_or_length(no_leaks):
+    with ShmVecEnv([IMAGE] * 2, "fork") as env:
+        env.reset()
+        with pytest.raises(TypeError, match=r"actions must be a sequence of 2 actions .* got int"):
+            env.step(3)
+        with pytest.raises(ValueError, match="expected 2 actions"):
+            env.step([0, 1, 2])
+        env.step([0, 1])  # a list goes through the pipe, as with SubprocVecEnv
+        env.step(np.zeros(2, np.int64))
+
+
+class _NanEnv(gym.Env):
+    """Writes ``value`` into key ``key`` at step ``at`` (and ends the episode there if ``end``)."""
+
+    observation_space = spaces.Dict(
+        {
+            "bounded": spaces.Box(-1.0, 1.0, (3,), np.float32),
+            "free": spaces.Box(-np.inf, np.inf, (2,), np.float64),
+            "pixels": spaces.Box(0, 255, (2, 2), np.uint8),
+        }
+    )
+    action_space = spaces.Discrete(2)
+
+    def __init__(self, key: str = "bounded", value: float = float("nan"), at: int = 2, end: bool = False):
+        self.key, self.value, self.at, self.end, self.t = key, value, at, end, 0
+
+    def _obs(self, bad: bool):
+        obs = {"bounded": np.zeros(3, np.float32), "free": np.zeros(2), "pixels": np.zeros((2, 2), np.uint8)}
+        if bad:
+            obs[self.key][-1] = self.value
+        return obs
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self._obs(False), {}
+
+    def step(self, action):
+        self.t += 1
+        bad = self.t == self.at
+        return self._obs(bad), 0.0, bad and self.end, False, {}
+
+
+@pytest.mark.parametrize(
+    "key,value,end,message",
+    [
+        (
+            "bounded",
+            float("nan"),
+            False,
+            r"env 1, key 'bounded': observation contains NaN or inf \(its Box bounds are finite\)",
+        ),
+        ("bounded", float("inf"), False, r"env 1, key 'bounded': observation contains NaN or inf"),
+        ("free", float("nan"), False, r"env 1, key 'free': observation contains NaN"),
+        ("free", float("nan"), True, r"env 1, terminal key 'free': observation contains NaN"),
+    ],
+)
+def test_check_finite(no_leaks, key, value, end, message):
+    fns = [functools.partial(_NanEnv, at=0), functools.partial(_NanEnv, key, value, 2, end)]
+    with ShmVecEnv(fns, "fork", n_workers=1, check_finite=True) as env:
+        env.reset()
+        env.step(np.zeros(2, np.int64))
+        with pytest.raises(EnvError, match=message) as info:
+            env.step(np.zeros(2, np.int64))
+        assert isinstance(info.value.__cause__, ObservationError) and info.value.env_index == 1
+
+
+def test_inf_allowed_in_unbounded_box_and_check_off_by_default(no_leaks):
+    fns = [
+        functools.partial(_NanEnv, "free", float("inf")),
+        functools.partial(_NanEnv, "bounded", float("nan")),
+    ]
+    with ShmVecEnv(fns[:1], "fork", check_finite=True) as env:
+        env.reset()
+        env.step(np.zeros(1, np.int64))
+        assert np.isinf(env.step(np.zeros(1, np.int64))[0]["free"]).any()
+    with ShmVecEnv(fns[1:], "fork") as env:  # the default passes NaN through, like DummyVecEnv
+        env.reset()
+        env.step(np.zeros(1, np.int64))
+        assert np.isnan(env.step(np.zeros(1, np.int64))[0]["bounded"]).any()
+
+
+@pytest.mark.parametrize("option", [{"on_crash": "restart"}, {"check_finite": True}])
+def test_codec_with_restart_or_finite_check_is_refused(option):
+    with pytest.raises(ValueError, match="do not work with a codec yet"):
+        ShmVecEnv([IMAGE], "fork", codec="lz4", **option)

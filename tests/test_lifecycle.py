@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import gc
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -108,17 +109,33 @@ def test_killed_worker_is_reported_and_cleaned(no_leaks, when):
 
 SCRIPT = textwrap.dedent(
     """
-    import functools, sys, time
+    import functools, gc, os, sys, time
+    from multiprocessing import resource_tracker
     import numpy as np
     from shmvec import ShmVecEnv
     from tests.envs import SlowStepEnv
 
+    def fds():
+        return len(os.listdir(f"/proc/{os.getpid()}/fd"))
+
     if __name__ == "__main__":
+        resource_tracker.ensure_running()  # its pipe lives for the whole process, not a leak
+        before = fds()
         env = ShmVecEnv([functools.partial(SlowStepEnv, 0.05)] * 2, "{method}")
         env.reset()
         print(" ".join(str(p.pid) for p in env.processes), flush=True)
-        while True:
-            env.step(np.zeros(2, np.int64))
+        interrupted = False
+        try:
+            while True:
+                env.step(np.zeros(2, np.int64))
+        except KeyboardInterrupt:
+            interrupted = True  # the traceback keeps env alive until the except block ends
+        # Not closed on purpose: the finalizer must release everything when the env is dropped.
+        del env
+        gc.collect()
+        print(f"fds {before} {fds()}", file=sys.stderr, flush=True)
+        if interrupted:
+            raise KeyboardInterrupt
     """
 )
 
@@ -153,25 +170,28 @@ def _wait_gone(pids: list[int], seconds: float = 5) -> bool:
 
 
 def test_keyboard_interrupt_cleans_up(tmp_path):
-    before = shm_segments()
     proc, pids = _start_script(tmp_path)
+    assert len(shm_segments(proc.pid)) == 1  # the leak check below looks at the right names
     time.sleep(0.3)
     proc.send_signal(signal.SIGINT)
     _, stderr = proc.communicate(timeout=20)
     assert "KeyboardInterrupt" in stderr
     assert "resource_tracker" not in stderr, stderr
+    fds = re.search(r"fds (\d+) (\d+)", stderr)
+    assert fds is not None, stderr
+    assert int(fds.group(2)) <= int(fds.group(1)), f"file descriptors leaked: {fds.group(0)}"
     assert _wait_gone(pids)
-    assert shm_segments() - before == set()
+    assert shm_segments(proc.pid) == set()
 
 
 def test_workers_exit_when_parent_is_killed(tmp_path):
-    before = shm_segments()
     proc, pids = _start_script(tmp_path)
+    assert len(shm_segments(proc.pid)) == 1
     proc.kill()
     proc.wait(timeout=10)
     assert _wait_gone(pids), "workers outlived their killed parent"
     # The resource tracker unlinks what a killed parent could not.
     deadline = time.monotonic() + 10
-    while shm_segments() - before and time.monotonic() < deadline:
+    while shm_segments(proc.pid) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert shm_segments() - before == set()
+    assert shm_segments(proc.pid) == set()
