@@ -208,3 +208,15 @@ class GoalEnv(gym.Env):
         self.pos = np.clip(self.pos + action, -1, 1).astype(np.float32)
         reward = float(self.compute_reward(self.pos, self.goal, {}))
         return self._obs(), reward, reward == 0.0, self.t >= 10, {}
+
+
+def make_small_synthetic() -> gym.Env:
+    """A cheap 16x16x3 synthetic image env for end-to-end runs of ``shmvec bench``."""
+    from shmvec.synthetic import SyntheticImageEnv
+
+    return SyntheticImageEnv((16, 16, 3), episode_len=(5, 20))
+
+
+def make_broken_env() -> gym.Env:
+    """A factory that raises, as a user's broken factory would."""
+    raise RuntimeError("this factory is broken\non purpose")

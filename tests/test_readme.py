@@ -26,5 +26,7 @@ def test_main_job_command_is_the_bench():
 
 
 def test_python_m_shmvec_help():
-    out = subprocess.run([sys.executable, "-m", "shmvec", "--help"], capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "shmvec", "--help"], capture_output=True, text=True, timeout=60
+    )
     assert out.returncode == 0 and "bench" in out.stdout

@@ -81,7 +81,10 @@ def table(result: BenchResult) -> str:
     lines = [_headline(result), ""]
     for r in rows:
         lines.append(
-            "  ".join((c if i == 13 else c.ljust(w)) if i in (0, 13) else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
+            "  ".join(
+                (c if i == 13 else c.ljust(w)) if i in (0, 13) else c.rjust(w)
+                for i, (c, w) in enumerate(zip(r, widths))
+            )
         )
     lines += ["", result.recommendation.get("text", "")]
     return "\n".join(lines).rstrip() + "\n"
@@ -159,7 +162,9 @@ def plot(result: BenchResult, path: Path) -> None:
     ax.set_xlabel("n_envs")
     ax.set_ylabel("env steps/s (median, 95% CI)")
     ax.set_title(f"{result.spec.env}, policy {result.spec.policy}", fontsize=10)
-    ax.set_ylim(bottom=0)
+    # A cheap env's ceiling can be 10x above every measurement: do not let it flatten the lines.
+    top = max((p.steps_per_s.ci_high for p in result.points if p.steps_per_s), default=1.0)
+    ax.set_ylim(0, min(max(result.ceiling(n) for n in ns), 3 * top) * 1.05)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
