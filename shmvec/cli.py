@@ -25,6 +25,12 @@ def _parser() -> argparse.ArgumentParser:
         "--env", default="ALE/Pong-v5", help="gymnasium id or module:factory (default ALE/Pong-v5)"
     )
     bench.add_argument(
+        "--env-kwargs",
+        default="{}",
+        help="JSON object of keyword arguments for the env or factory, e.g. "
+        '\'{"shape": [512, 512, 3], "work_s": 0.001}\'',
+    )
+    bench.add_argument(
         "--backends",
         default="dummy,subproc,shm",
         help="comma-separated, from: dummy, subproc, shm, async (gymnasium AsyncVectorEnv with shared "
@@ -75,6 +81,18 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _json_object(text: str, what: str) -> dict:
+    import json
+
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{what} is not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"{what} must be a JSON object, got {text!r}")
+    return value
+
+
 def _ints(text: str, what: str) -> list[int]:
     try:
         return [int(x) for x in text.split(",") if x.strip()]
@@ -114,13 +132,18 @@ def _bench_unchecked(args: argparse.Namespace) -> int:
 
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
     n_envs = _ints(args.n_envs, "--n-envs")
+    args.env_kwargs = _json_object(args.env_kwargs, "--env-kwargs")
     if args.train:
         return _train(args, backends, n_envs)
+    source = args.from_json or args.json
+    if args.readme is not None and source is None:
+        raise ValueError("--readme needs --json or --from-json: the file's name names the README block")
     if args.from_json is not None:
         result = report.read_json(args.from_json)
     else:
         spec = BenchSpec(
             env=args.env,
+            env_kwargs=args.env_kwargs,
             backends=backends,
             n_envs=n_envs,
             n_workers=None if args.n_workers is None else _ints(args.n_workers, "--n-workers"),
@@ -145,7 +168,7 @@ def _bench_unchecked(args: argparse.Namespace) -> int:
         print(f"plot: {args.plot}")
     if args.readme is not None:
         plot = None if args.plot is None else os.path.relpath(args.plot, args.readme.resolve().parent)
-        report.update_readme(args.readme, report.markdown(result, plot))
+        report.update_readme(args.readme, source.stem, report.markdown(result, plot))
         print(f"results block updated: {args.readme}")
     return 0
 
@@ -165,6 +188,7 @@ def _train(args: argparse.Namespace, backends: list[str], n_envs: list[int]) -> 
         total_steps=args.train_steps,
         seeds=_ints(args.seeds, "--seeds"),
         start_method=args.start_method,
+        env_kwargs=args.env_kwargs,
         progress=lambda m: print("  " + m, file=sys.stderr, flush=True),
     )
     print(result.table(), end="")

@@ -38,7 +38,8 @@ def _bench(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
 
 def test_cli_end_to_end(tmp_path):
     readme = tmp_path / "README.md"
-    readme.write_text(f"# x\n\n{report.README_START}\nold\n{report.README_END}\n\nafter\n")
+    start, end = report.README_START.format(name="r"), report.README_END.format(name="r")
+    readme.write_text(f"# x\n\n{start}\nold\n{end}\n\nafter\n")
     out = _bench(
         "--env", TINY, "--backends", "dummy,shm,async", "--n-envs", "1,2", "--n-workers", "1,2",
         "--repeats", "2", "--seconds", "0.3", "--json", str(tmp_path / "r.json"),
@@ -89,12 +90,12 @@ def test_cli_end_to_end(tmp_path):
 
     # Reporting again from the JSON gives the same README block, without measuring.
     readme2 = tmp_path / "README2.md"
-    readme2.write_text(f"{report.README_START}\n{report.README_END}\n")
+    readme2.write_text(f"{start}\n{end}\n")
     again = _bench(
         "--from-json", str(tmp_path / "r.json"), "--readme", str(readme2), "--plot", str(tmp_path / "r.png")
     )
     assert again.returncode == 0, again.stderr
-    assert report.readme_block(readme2) == report.readme_block(readme)
+    assert report.readme_block(readme2, "r") == report.readme_block(readme, "r")
 
 
 def test_breakdown_adds_up_to_the_step_time():
@@ -124,6 +125,8 @@ def test_breakdown_adds_up_to_the_step_time():
         (["--env", TINY, "--policy", "sac"], "policy must be 'none' or ALGO:POLICY"),
         (["--env", TINY, "--train", "--backends", "async"], "cannot be trained on"),
         (["--from-json", "/nonexistent.json"], "cannot read results"),
+        (["--env", TINY, "--env-kwargs", "[1]"], "--env-kwargs must be a JSON object"),
+        (["--env", TINY, "--readme", "README.md"], "--readme needs --json or --from-json"),
     ],
 )
 def test_bad_input_is_one_line_and_nonzero(args, message):
@@ -146,10 +149,11 @@ def test_train_dummy_and_shm_learn_identical_parameters():
     assert "1/1 seeds" in result.table()
 
 
-def test_readme_results_are_rendered_from_the_committed_json():
-    results = ROOT / "benchmarks" / "results" / "pong.json"
-    block = report.markdown(report.read_json(results), "benchmarks/results/pong.png")
-    assert report.readme_block(ROOT / "README.md") == block, (
-        "README results block is stale: run the command in README's Results section"
+@pytest.mark.parametrize("name", ["pong", "synth512_1ms"])
+def test_readme_results_are_rendered_from_the_committed_json(name):
+    results = ROOT / "benchmarks" / "results" / f"{name}.json"
+    block = report.markdown(report.read_json(results), f"benchmarks/results/{name}.png")
+    assert report.readme_block(ROOT / "README.md", name) == block, (
+        "README results block is stale: run the commands in README's Results section"
     )
-    assert (ROOT / "benchmarks" / "results" / "pong.png").exists()
+    assert (ROOT / "benchmarks" / "results" / f"{name}.png").exists()

@@ -50,13 +50,13 @@ def env_factory(name: str, **kwargs: Any) -> Callable[[], gym.Env]:
     return functools.partial(_make_registered, name, kwargs)
 
 
-def check_env_name(name: str) -> None:
+def check_env_name(name: str, **kwargs: Any) -> None:
     """Build and close one env so a bad name fails with a one-line message before workers start.
 
     :raises ValueError: with the reason (unknown id, missing module, a factory that raises).
     """
     try:
-        env = env_factory(name)()
+        env = env_factory(name, **kwargs)()
     except Exception as exc:
         raise ValueError(f"cannot create env {name!r}: {type(exc).__name__}: {exc}") from exc
     env.close()

@@ -19,7 +19,7 @@ _SATURATED = 0.8
 def shares(point: Point) -> dict[str, float]:
     """Fractions of the median step time: env, ipc (send + IPC/waiting), copy, policy, other."""
     b = point.breakdown()
-    step = point.median("step_s")
+    step = point.representative().step_s
     if step <= 0:
         return {}
     return {
@@ -114,9 +114,8 @@ def recommend(result: BenchResult) -> dict[str, Any]:
     text.append(".")
     if sh:
         parts = ", ".join(f"{k} {v:.0%}" for k, v in sh.items() if k != "other")
-        text.append(
-            f" Where a step's {best.median('step_s') * 1e3:.2f} ms go: {parts}. {why[0].upper()}{why[1:]}."
-        )
+        step_ms = best.representative().step_s * 1e3
+        text.append(f" Where a step's {step_ms:.2f} ms go: {parts}. {why[0].upper()}{why[1:]}.")
     if ceiling:
         text.append(
             f" It reaches {out['ceiling_fraction']:.0%} of the ceiling ({ceiling:,.0f} steps/s = one env "

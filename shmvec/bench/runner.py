@@ -7,7 +7,7 @@ How a batch step's wall time is attributed (all per batch step, in seconds):
 - ``send_s``: measured, ``step_async`` in the main process.
 - ``wait_s``: measured, ``step_wait`` in the main process. It is split, from outside the engine, into
   - ``env_s``: env compute on the critical path, *estimated* as the env's own step time (one env
-    stepped alone in this process, same round) x the envs one CPU must step in sequence
+    stepped alone in this process, median over the rounds) x the envs one CPU must step in turn
     (``ceil(n_envs / min(processes stepping envs, usable CPUs))``), capped at ``wait_s``;
   - ``copy_s``: *estimated* as the measured time of one fresh copy of a batch of observations (the
     copy every backend makes to hand SB3 an array it may keep), capped at what is left;
@@ -98,10 +98,17 @@ class Point:
         """Median over the repeats of one :class:`Sample` field."""
         return float(np.median([getattr(s, name) for s in self.samples]))
 
+    def representative(self) -> Sample:
+        """The repeat with the median steps/s (the lower one for an even count): its parts add up
+        to its step time, which medians taken part by part would not."""
+        ranked = sorted(self.samples, key=lambda s: s.steps_per_s)
+        return ranked[(len(ranked) - 1) // 2]
+
     def breakdown(self) -> dict[str, float]:
-        """Median seconds per batch step of each component, in a fixed order."""
+        """Seconds per batch step of each part, in a fixed order, from :meth:`representative`."""
+        s = self.representative()
         names = ("env_s", "ipc_s", "copy_s", "policy_s", "send_s", "unattributed_s")
-        return {n: self.median(n) for n in names}
+        return {n: getattr(s, n) for n in names}
 
 
 @dataclass
@@ -109,6 +116,7 @@ class BenchSpec:
     """What to measure.
 
     :param env: gymnasium id or ``module:factory``.
+    :param env_kwargs: keyword arguments for ``gym.make`` or the factory (default none).
     :param backends: backend names (see :mod:`shmvec.bench.backends`).
     :param n_envs: env counts to try (each >= 1).
     :param n_workers: worker counts to try for backends that take them (None: the backend's default);
@@ -122,6 +130,7 @@ class BenchSpec:
     """
 
     env: str = "ALE/Pong-v5"
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
     backends: Sequence[str] = ("dummy", "subproc", "shm")
     n_envs: Sequence[int] = (1, 2, 4, 8)
     n_workers: Sequence[int] | None = None
@@ -226,8 +235,8 @@ def run(spec: BenchSpec, progress: Progress | None = None) -> BenchResult:
     :raises ValueError: for a bad spec or an env that cannot be created.
     """
     spec.validate()
-    check_env_name(spec.env)
-    env_fn = env_factory(spec.env)
+    check_env_name(spec.env, **spec.env_kwargs)
+    env_fn = env_factory(spec.env, **spec.env_kwargs)
     actor = make_actor(spec.policy, env_fn, spec.seed)
     configs = spec.configs()
     points = [Point(c) for c in configs]
@@ -249,13 +258,16 @@ def run(spec: BenchSpec, progress: Progress | None = None) -> BenchResult:
         order = points if r % 2 == 0 else points[::-1]
         for point in order:
             c = point.config
-            point.samples.append(
-                _measure(c, env_fn, actor, spec, 1.0 / alone[-1], copy_s[c.n_envs], spec.seed + r)
-            )
+            point.samples.append(_measure(c, env_fn, actor, spec, spec.seed + r))
             done += 1
             if progress:
                 progress(done, total, f"{c.label}: {point.samples[-1].steps_per_s:,.0f} steps/s")
+    # Attributed after all rounds, from the median env-alone rate: one disturbed round then does
+    # not distort the estimate.
+    env_step_s = 1.0 / float(np.median(alone))
     for point in points:
+        for sample in point.samples:
+            _attribute(sample, point.config.n_envs, env_step_s, copy_s[point.config.n_envs])
         _summarize(point)
     machine = {
         "usable_cpus": system.usable_cpus(),
@@ -317,10 +329,9 @@ def _measure(
     env_fn: Callable[[], gym.Env],
     actor: Callable[[Any], np.ndarray] | None,
     spec: BenchSpec,
-    env_step_s: float,
-    copy_s: float,
     seed: int,
 ) -> Sample:
+    """One window; ``env_s``, ``copy_s`` and ``ipc_s`` are left 0 for :func:`_attribute`."""
     n = config.n_envs
     shm_before = system.shm_segments()
     t0 = time.perf_counter()
@@ -368,12 +379,7 @@ def _measure(
         mem1 = system.memory(procs)
     finally:
         venv.close()
-    n_procs = len(procs)
-    lanes = min(max(n_procs, 1), system.usable_cpus())
     per = 1.0 / steps
-    wait_s = wait * per
-    env_s = min(env_step_s * math.ceil(n / lanes), wait_s)
-    copy_s = min(copy_s, wait_s - env_s)
     tree = cpu1.tree_s - cpu0.tree_s
     machine_total = cpu1.machine_total_s - cpu0.machine_total_s
     return Sample(
@@ -383,10 +389,10 @@ def _measure(
         step_s=wall * per,
         policy_s=policy * per,
         send_s=send * per,
-        wait_s=wait_s,
-        env_s=env_s,
-        copy_s=copy_s,
-        ipc_s=wait_s - env_s - copy_s,
+        wait_s=wait * per,
+        env_s=0.0,
+        copy_s=0.0,
+        ipc_s=0.0,
         unattributed_s=(wall - policy - send - wait) * per,
         cpu_cores=tree / wall,
         other_cores=max(0.0, (cpu1.machine_busy_s - cpu0.machine_busy_s - tree) / wall),
@@ -395,8 +401,16 @@ def _measure(
         pss_bytes=max(mem0.pss, mem1.pss),
         shm_bytes=shm_bytes,
         startup_s=startup_s,
-        processes=n_procs,
+        processes=len(procs),
     )
+
+
+def _attribute(sample: Sample, n_envs: int, env_step_s: float, copy_s: float) -> None:
+    """Split ``wait_s`` into env compute, copy and IPC+waiting (see the module docstring)."""
+    lanes = min(max(sample.processes, 1), system.usable_cpus())
+    sample.env_s = min(env_step_s * math.ceil(n_envs / lanes), sample.wait_s)
+    sample.copy_s = min(copy_s, sample.wait_s - sample.env_s)
+    sample.ipc_s = sample.wait_s - sample.env_s - sample.copy_s
 
 
 def _summarize(point: Point) -> None:

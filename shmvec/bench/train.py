@@ -141,6 +141,7 @@ def train(
     seeds: Sequence[int] = (0, 1, 2),
     start_method: str = "fork",
     progress: Callable[[str], None] | None = None,
+    env_kwargs: dict[str, Any] | None = None,
 ) -> TrainResult:
     """Train ``policy`` for ``total_steps`` env steps with each backend and seed (interleaved).
 
@@ -156,8 +157,8 @@ def train(
             raise ValueError(f"backend {b!r} is not an SB3 VecEnv and cannot be trained on")
     if n_envs < 1 or total_steps < 1 or not seeds:
         raise ValueError("--train needs n_envs >= 1, total steps >= 1 and at least one seed")
-    check_env_name(env)
-    fn = functools.partial(_monitored, env_factory(env))
+    check_env_name(env, **(env_kwargs or {}))
+    fn = functools.partial(_monitored, env_factory(env, **(env_kwargs or {})))
     result = TrainResult(env, policy, n_envs, total_steps, list(seeds))
     kwargs = _algo_kwargs(algo, n_envs, total_steps)
     for seed in seeds:
