@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
@@ -14,6 +15,8 @@ if TYPE_CHECKING:
 _BOUND_SHARE = 0.5
 # The tree is "saturating the CPUs" above this fraction of the usable cores.
 _SATURATED = 0.8
+# An env alone whose process is on a CPU less than this fraction of the time mostly waits (I/O).
+_WAITING_CPU = 0.2
 
 
 def shares(point: Point) -> dict[str, float]:
@@ -47,8 +50,17 @@ def _bound(result: BenchResult, point: Point, sh: dict[str, float]) -> tuple[str
             "cheap gains nothing from worker processes"
         )
     if top == "ipc":
-        return "ipc", "IPC-bound: moving steps between processes costs more than stepping the envs"
-    if result.alone_cpu and min(result.alone_cpu) < 0.5:
+        other = point.median("other_cores")
+        theirs = (
+            f"; other processes took {other:.1f} cores, so part of the wait is theirs" if other > 0.3 else ""
+        )
+        return "ipc", (
+            "IPC/wait-bound: the time in step_wait beyond the envs' own compute (pipes, wake-ups, workers "
+            f"waiting for a CPU) dominates{theirs}"
+        )
+    # An env that computes keeps its process on a CPU even on a loaded machine (>0.3 with 2 others
+    # competing for 2 cores); one that sleeps or waits on a socket is far below.
+    if result.alone_cpu and statistics.median(result.alone_cpu) < _WAITING_CPU:
         return "io", (
             f"env-bound, but the env waits rather than computes ({busy:.1f} of {cpus} CPUs busy): "
             "more envs than cores keeps the CPUs busy"
@@ -57,6 +69,11 @@ def _bound(result: BenchResult, point: Point, sh: dict[str, float]) -> tuple[str
         return "env", (
             f"env-bound with the CPUs saturated ({busy:.1f} of {cpus} busy): more workers or envs will "
             f"not help on {cpus} cores"
+        )
+    if point.median("processes") < cpus:
+        return "env", (
+            f"env-bound on fewer processes than CPUs ({busy:.1f} of {cpus} busy): envs spread over more "
+            "worker processes could use the idle CPUs"
         )
     return "env", f"env-bound ({busy:.1f} of {cpus} CPUs busy)"
 

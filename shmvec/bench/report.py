@@ -7,6 +7,7 @@ import json
 import re
 from pathlib import Path
 
+from shmvec.bench.recommend import recommend
 from shmvec.bench.runner import BenchResult, Point
 
 # README blocks are named after the results JSON they are rendered from (``pong`` for pong.json).
@@ -132,11 +133,16 @@ def write_json(result: BenchResult, path: Path) -> None:
 
 
 def read_json(path: Path) -> BenchResult:
-    """:raises ValueError: if the file is not a results JSON."""
+    """The result stored by :func:`write_json`, its recommendation recomputed by this version.
+
+    :raises ValueError: if the file is not a results JSON.
+    """
     try:
-        return BenchResult.from_dict(json.loads(path.read_text()))
+        result = BenchResult.from_dict(json.loads(path.read_text()))
     except (OSError, KeyError, TypeError, json.JSONDecodeError) as exc:
         raise ValueError(f"cannot read results from {path}: {type(exc).__name__}: {exc}") from exc
+    result.recommendation = recommend(result)
+    return result
 
 
 def _series(result: BenchResult) -> dict[str, list[Point]]:
