@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
@@ -15,8 +14,6 @@ if TYPE_CHECKING:
 _BOUND_SHARE = 0.5
 # The tree is "saturating the CPUs" above this fraction of the usable cores.
 _SATURATED = 0.8
-# An env alone whose process is on a CPU less than this fraction of the time mostly waits (I/O).
-_WAITING_CPU = 0.2
 
 
 def shares(point: Point) -> dict[str, float]:
@@ -58,9 +55,7 @@ def _bound(result: BenchResult, point: Point, sh: dict[str, float]) -> tuple[str
             "IPC/wait-bound: the time in step_wait beyond the envs' own compute (pipes, wake-ups, workers "
             f"waiting for a CPU) dominates{theirs}"
         )
-    # An env that computes keeps its process on a CPU even on a loaded machine (>0.3 with 2 others
-    # competing for 2 cores); one that sleeps or waits on a socket is far below.
-    if result.alone_cpu and statistics.median(result.alone_cpu) < _WAITING_CPU:
+    if result.cpu_fraction < 1:
         return "io", (
             f"env-bound, but the env waits rather than computes ({busy:.1f} of {cpus} CPUs busy): "
             "more envs than cores keeps the CPUs busy"
@@ -135,8 +130,8 @@ def recommend(result: BenchResult) -> dict[str, Any]:
         text.append(f" Where a step's {step_ms:.2f} ms go: {parts}. {why[0].upper()}{why[1:]}.")
     if ceiling:
         text.append(
-            f" It reaches {out['ceiling_fraction']:.0%} of the ceiling ({ceiling:,.0f} steps/s = one env "
-            f"alone x min(n_envs, {result.machine['usable_cpus']} CPUs))."
+            f" It reaches {out['ceiling_fraction']:.0%} of the ceiling ({ceiling:,.0f} steps/s = "
+            f"{result.ceiling_rule()})."
         )
     disturbed = [p.config.label for p in result.points if p.disturbed]
     if disturbed:

@@ -72,7 +72,7 @@ def _headline(result: BenchResult) -> str:
     return (
         f"{spec.env}, policy {spec.policy}, {spec.repeats} x {spec.seconds:g} s per configuration "
         f"(interleaved), {result.machine['usable_cpus']} usable CPUs. One env alone: {a.median:,.0f} "
-        f"steps/s (95% CI {a.ci_low:,.0f}-{a.ci_high:,.0f}); ceiling = that x min(n_envs, CPUs)."
+        f"steps/s (95% CI {a.ci_low:,.0f}-{a.ci_high:,.0f}); ceiling = {result.ceiling_rule()}."
     )
 
 
@@ -169,7 +169,7 @@ def plot(result: BenchResult, path: Path) -> None:
         ax.plot(x, [v.median for v in s if v], marker="o", label=name)
         ax.fill_between(x, [v.ci_low for v in s if v], [v.ci_high for v in s if v], alpha=0.2)
     ns = sorted({p.config.n_envs for p in result.points})
-    ax.plot(ns, [result.ceiling(n) for n in ns], "k--", lw=1, label="ceiling (alone x min(n, CPUs))")
+    ax.plot(ns, [result.ceiling(n) for n in ns], "k--", lw=1, label=f"ceiling: {result.ceiling_rule()}")
     ax.set_xscale("log", base=2)
     ax.set_xticks(ns, [str(n) for n in ns])
     ax.set_xlabel("n_envs")

@@ -8,7 +8,8 @@ How a batch step's wall time is attributed (all per batch step, in seconds):
 - ``wait_s``: measured, ``step_wait`` in the main process. It is split, from outside the engine, into
   - ``env_s``: env compute on the critical path, *estimated* as the env's own step time (one env
     stepped alone in this process, median over the rounds) x the envs one CPU must step in turn
-    (``ceil(n_envs / min(processes stepping envs, usable CPUs))``), capped at ``wait_s``;
+    (``ceil(n_envs / min(processes stepping envs, usable CPUs))``; for an env that mostly waits,
+    the waiting part overlaps across all processes), capped at ``wait_s``;
   - ``copy_s``: *estimated* as the measured time of one fresh copy of a batch of observations (the
     copy every backend makes to hand SB3 an array it may keep), capped at what is left;
   - ``ipc_s``: the rest of ``wait_s``: pipes, pickling, waking up, waiting for the slowest worker,
@@ -43,6 +44,8 @@ from shmvec.bench.stats import Summary, summarize
 MAX_REL_SPREAD = 0.25  # (max - min) / median of the repeats' steps/s
 MAX_OTHER_CORES = 0.3  # CPU (in cores) that processes outside the benchmarked tree took
 MAX_STEAL = 0.05  # fraction of CPU time the hypervisor stole
+# An env alone on a CPU less than this fraction of its step time waits (I/O, sleep) more than it computes.
+WAITING_CPU = 0.5
 
 
 @dataclass(frozen=True)
@@ -184,9 +187,25 @@ class BenchResult:
     def alone_summary(self) -> Summary:
         return summarize(self.alone)
 
+    @property
+    def cpu_fraction(self) -> float:
+        """Fraction of an env step spent on a CPU: 1 for an env that computes, the measured fraction
+        (median over rounds) for one that mostly waits (below :data:`WAITING_CPU`). Between the two,
+        a low figure means a loaded machine, not a waiting env."""
+        measured = float(np.median(self.alone_cpu)) if self.alone_cpu else 1.0
+        return 1.0 if measured >= WAITING_CPU else max(measured, 1e-3)
+
+    def ceiling_rule(self) -> str:
+        """How :meth:`ceiling` is computed, in words."""
+        cpus = f"{self.machine['usable_cpus']} CPUs"
+        if self.cpu_fraction < 1:
+            cpus += f" / {self.cpu_fraction:.2g} of a step on a CPU"
+        return f"one env alone x min(n_envs, {cpus})"
+
     def ceiling(self, n_envs: int) -> float:
-        """Steps/s this machine could reach with n_envs: the env alone x min(n_envs, usable CPUs)."""
-        return self.alone_summary.median * min(n_envs, self.machine["usable_cpus"])
+        """Steps/s this machine could reach with n_envs: the env alone x min(n_envs, usable CPUs /
+        :attr:`cpu_fraction`), i.e. alone x min(n_envs, CPUs) for an env that computes."""
+        return self.alone_summary.median * min(n_envs, self.machine["usable_cpus"] / self.cpu_fraction)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serialisable dict with every raw figure."""
@@ -265,10 +284,6 @@ def run(spec: BenchSpec, progress: Progress | None = None) -> BenchResult:
     # Attributed after all rounds, from the median env-alone rate: one disturbed round then does
     # not distort the estimate.
     env_step_s = 1.0 / float(np.median(alone))
-    for point in points:
-        for sample in point.samples:
-            _attribute(sample, point.config.n_envs, env_step_s, copy_s[point.config.n_envs])
-        _summarize(point)
     machine = {
         "usable_cpus": system.usable_cpus(),
         "cpu": platform.processor() or platform.machine(),
@@ -277,6 +292,11 @@ def run(spec: BenchSpec, progress: Progress | None = None) -> BenchResult:
         "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     result = BenchResult(spec, machine, obs_bytes, alone, alone_cpu, points)
+    for point in points:
+        for sample in point.samples:
+            n = point.config.n_envs
+            _attribute(sample, n, env_step_s, result.cpu_fraction, copy_s[n])
+        _summarize(point)
     from shmvec.bench.recommend import recommend
 
     result.recommendation = recommend(result)
@@ -405,10 +425,18 @@ def _measure(
     )
 
 
-def _attribute(sample: Sample, n_envs: int, env_step_s: float, copy_s: float) -> None:
-    """Split ``wait_s`` into env compute, copy and IPC+waiting (see the module docstring)."""
-    lanes = min(max(sample.processes, 1), system.usable_cpus())
-    sample.env_s = min(env_step_s * math.ceil(n_envs / lanes), sample.wait_s)
+def _attribute(sample: Sample, n_envs: int, env_step_s: float, cpu_fraction: float, copy_s: float) -> None:
+    """Split ``wait_s`` into env compute, copy and IPC+waiting (see the module docstring).
+
+    The computing part of an env step runs on at most one process per CPU at a time; the waiting
+    part (``1 - cpu_fraction``) overlaps across all processes.
+    """
+    procs = max(sample.processes, 1)
+    cpu_lanes = min(procs, system.usable_cpus())
+    env_s = env_step_s * (
+        cpu_fraction * math.ceil(n_envs / cpu_lanes) + (1 - cpu_fraction) * math.ceil(n_envs / procs)
+    )
+    sample.env_s = min(env_s, sample.wait_s)
     sample.copy_s = min(copy_s, sample.wait_s - sample.env_s)
     sample.ipc_s = sample.wait_s - sample.env_s - sample.copy_s
 
