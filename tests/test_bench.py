@@ -49,7 +49,17 @@ def test_cli_end_to_end(tmp_path):
     assert "Traceback" not in out.stderr
 
     data = json.loads((tmp_path / "r.json").read_text())
-    assert set(data) >= {"spec", "machine", "obs_bytes", "alone", "alone_cpu", "points", "recommendation"}
+    assert set(data) >= {
+        "spec",
+        "machine",
+        "obs_bytes",
+        "alone",
+        "alone_cpu",
+        "points",
+        "recommendation",
+        "batch_copy_s",
+    }
+    assert set(data["batch_copy_s"]) == {"1", "2"}
     assert data["obs_bytes"] == 16 * 16 * 3
     assert len(data["alone"]) == 2
     labels = [p["label"] for p in data["points"]]

@@ -182,6 +182,7 @@ class BenchResult:
     alone_cpu: list[float]  # CPU time / wall time of those runs (well below 1: the env waits)
     points: list[Point]
     recommendation: dict[str, Any] = field(default_factory=dict)
+    batch_copy_s: dict[int, float] = field(default_factory=dict)  # one fresh copy of n_envs observations
 
     @property
     def alone_summary(self) -> Summary:
@@ -233,6 +234,7 @@ class BenchResult:
                 )
             )
         spec = BenchSpec(**d["spec"])
+        copies = {int(n): t for n, t in d.get("batch_copy_s", {}).items()}
         return cls(
             spec,
             d["machine"],
@@ -241,6 +243,7 @@ class BenchResult:
             d["alone_cpu"],
             points,
             d.get("recommendation", {}),
+            copies,
         )
 
 
@@ -291,7 +294,7 @@ def run(spec: BenchSpec, progress: Progress | None = None) -> BenchResult:
         "platform": platform.platform(),
         "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    result = BenchResult(spec, machine, obs_bytes, alone, alone_cpu, points)
+    result = BenchResult(spec, machine, obs_bytes, alone, alone_cpu, points, batch_copy_s=copy_s)
     for point in points:
         for sample in point.samples:
             n = point.config.n_envs
