@@ -13,9 +13,11 @@ field           shape                                written by
 ``actions``     ``(n_envs, *action_shape)``           main, when the action space is array-shaped
 ==============  ===================================  =========================================
 
-The slot index advances on every ``reset``/``step``, so the arrays returned ``n_slots - 1`` calls
-ago are not overwritten yet (what ``copy=False`` relies on). Terminal observations have a single
-area: the main process copies them out in the same ``step_wait`` that reports them.
+The slot index advances on every ``reset``/``step``. With ``copy=False`` the arrays returned
+``n_slots - 1`` calls ago are not overwritten yet; with ``copy=True`` a slot is lent to the caller
+and skipped until nothing references its arrays any more (see ``ShmVecEnv``). Terminal
+observations have a single area: the main process copies them out in the same ``step_wait`` that
+reports them.
 
 The owner (main process) creates and unlinks the segment; workers only attach. Each field starts on
 a 64-byte boundary so leaves never share a cache line across envs written by different workers.
@@ -124,7 +126,9 @@ class Ring:
         # buffer object but not a buffer export, so SharedMemory.close() would unmap memory under
         # live arrays (a segfault for copy=False users). This mapping is unmapped only when the last
         # array referencing it is garbage collected.
-        base = np.frombuffer(mmap.mmap(shm._fd, spec.size), dtype=np.uint8)  # type: ignore[attr-defined]
+        self._mm: mmap.mmap | None = mmap.mmap(shm._fd, spec.size)  # type: ignore[attr-defined]
+        self._fields = {f.name: f for f in spec.fields}
+        base = np.frombuffer(self._mm, dtype=np.uint8)
         self.views: dict[str, np.ndarray] = {
             f.name: base[f.offset : f.offset + f.nbytes].view(np.dtype(f.dtype)).reshape(f.shape)
             for f in spec.fields
@@ -157,6 +161,18 @@ class Ring:
         """``(n_envs, *shape)`` terminal-observation array of leaf ``leaf_index``."""
         return self.views[f"final{leaf_index}"]
 
+    def lend_obs(self, leaf_index: int, slot: int) -> np.ndarray:
+        """A new array object over observation leaf ``leaf_index`` of ``slot``, for handing out.
+
+        Its base is the mapping itself (not an ndarray), so numpy makes every view derived from it
+        reference *it*: while its reference count is above what the lender holds, someone can still
+        read the slot, and the slot must not be written.
+        """
+        f = self._fields[f"obs{leaf_index}"]
+        slot_bytes = f.nbytes // self.spec.n_slots
+        offset = f.offset + slot * slot_bytes
+        return np.ndarray(f.shape[1:], np.dtype(f.dtype), buffer=self._mm, offset=offset)
+
     @property
     def nbytes(self) -> int:
         return self.spec.size
@@ -172,6 +188,7 @@ class Ring:
             return
         shm, self._shm = self._shm, None
         self.views = {}
+        self._mm = None  # unmapped by the garbage collector once no array references it
         if self._owner:
             with contextlib.suppress(FileNotFoundError):
                 shm.unlink()

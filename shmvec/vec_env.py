@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import sys
 import time
 import warnings
 import weakref
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from multiprocessing.connection import Connection, wait
 from typing import Any
@@ -127,12 +128,16 @@ class ShmVecEnv(VecEnv):
         forkserver where available, else spawn.
     :param n_workers: number of worker processes (default: ``min(n_envs, usable CPUs)``). Envs are
         split into contiguous groups, one per worker; the split may be uneven.
-    :param copy: True (default) returns fresh observation arrays on every ``reset``/``step`` (one
-        memcpy of the batch), as SB3's algorithms require. False returns read-only views into the
-        ring that stay valid for ``n_slots - 1`` further ``step``/``reset`` calls (1 by default, which
-        is what SB3's PPO/A2C/DQN/SAC collectors need); keep them longer and they change under you.
-        Rewards, dones and infos are always fresh.
-    :param n_slots: ring slots (>= 1; default 2). Only ``copy=False`` needs more than one.
+    :param copy: True (default): the observation arrays returned by ``reset``/``step`` are yours;
+        shmvec never writes to them while anything references them, as SB3's algorithms require.
+        They are lent from the ring without copying when a slot is free (a slot is reused only once
+        no array or view of it is referenced any more) and copied out otherwise. False: read-only
+        views into the ring that stay valid for ``n_slots - 1`` further ``step``/``reset`` calls (1
+        by default, what SB3's PPO/A2C/DQN/SAC collectors need); keep them longer and they change
+        under you. Rewards, dones and infos are always fresh.
+    :param n_slots: ring slots (default None: 3 with ``copy=True`` — the caller holds one batch, one
+        is being written, one stays free so the next batch can be lent — and 2 with ``copy=False``).
+        Each slot holds one batch of observations.
     :param worker_threads: BLAS/OpenMP/torch/OpenCV threads per worker (default 1; None leaves the
         libraries' defaults). Many workers each running a full-size thread pool on few cores is
         several times slower.
@@ -149,7 +154,7 @@ class ShmVecEnv(VecEnv):
         *,
         n_workers: int | None = None,
         copy: bool = True,
-        n_slots: int = 2,
+        n_slots: int | None = None,
         worker_threads: int | None = 1,
         timeout: float | None = None,
         reward_dtype: type | np.dtype = np.float32,
@@ -166,6 +171,8 @@ class ShmVecEnv(VecEnv):
             n_workers = min(n_envs, usable_cpus())
         if not 1 <= n_workers <= n_envs:
             raise ValueError(f"n_workers must be between 1 and n_envs={n_envs}, got {n_workers}")
+        if n_slots is None:
+            n_slots = 3 if copy else 2
         if n_slots < 1:
             raise ValueError(f"n_slots must be >= 1, got {n_slots}")
         if not copy and n_slots < 2:
@@ -186,6 +193,9 @@ class ShmVecEnv(VecEnv):
         self._finalizer = weakref.finalize(self, self._res.release)
         self._slot = 0
         self._n_slots = n_slots
+        # Arrays lent to the caller from each slot (copy=True); see _next_slot.
+        self._lent: list[list[np.ndarray]] = [[] for _ in range(n_slots)]
+        self.copy_fallbacks = 0  # batches copied because no slot could be lent (diagnostic)
         self._command = "start"
         try:
             obs_space, act_space = self._start(ctx, env_fns, worker_threads)
@@ -390,9 +400,21 @@ class ShmVecEnv(VecEnv):
 
     # ------------------------------------------------------------------ VecEnv API
 
+    def _slot_free(self, slot: int) -> bool:
+        # References to a lent array: our list, the loop variable, getrefcount's argument. Anything
+        # above that is the caller (or a view, tensor or memoryview derived from it) still using it.
+        return all(sys.getrefcount(a) <= 3 for a in self._lent[slot])
+
     def _next_slot(self) -> int:
-        self._slot = (self._slot + 1) % self._n_slots
-        return self._slot
+        """The slot the workers write next: the next one in rotation that nobody still reads."""
+        for k in range(1, self._n_slots + 1):
+            slot = (self._slot + k) % self._n_slots
+            if not self.copy or self._slot_free(slot):
+                self._lent[slot] = []
+                self._slot = slot
+                return slot
+        # _read_obs never lends the last free slot, so this cannot happen.
+        raise AssertionError("no free ring slot")
 
     def reset(self) -> VecEnvObs:
         """Reset every env with the seeds/options set by ``seed()``/``set_options()`` (used once)."""
@@ -470,11 +492,18 @@ class ShmVecEnv(VecEnv):
         return self._read_obs(slot), rewards, dones, infos
 
     def _read_obs(self, slot: int) -> VecEnvObs:
-        if self.copy:
-            arrays = (view[slot].copy() for view in self._obs_views)
-        else:
+        arrays: Iterator[np.ndarray] | list[np.ndarray]
+        if not self.copy:
             arrays = (view[slot] for view in self._obs_views)
-        return unflatten(self.observation_space, arrays)
+        elif any(self._slot_free(s) for s in range(self._n_slots) if s != slot):
+            # Lend the slot itself (no copy) while another stays free for the next write.
+            ring = self._res.ring
+            assert ring is not None
+            arrays = self._lent[slot] = [ring.lend_obs(j, slot) for j in range(len(self._obs_views))]
+        else:
+            self.copy_fallbacks += 1
+            arrays = (view[slot].copy() for view in self._obs_views)
+        return unflatten(self.observation_space, iter(arrays))
 
     def close(self) -> None:
         """Stop the workers and free the shared memory. Idempotent; safe while a step is pending."""

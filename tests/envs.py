@@ -65,6 +65,11 @@ class DictImageEnv(gym.Env):
     def threads_env(self) -> str | None:
         return os.environ.get("OMP_NUM_THREADS")
 
+    def blas_threads(self) -> int:
+        from threadpoolctl import threadpool_info
+
+        return max((pool["num_threads"] for pool in threadpool_info()), default=1)
+
     def fail(self, message: str = "boom"):
         raise ValueError(message)
 

@@ -1,0 +1,40 @@
+"""Every example runs end to end for a few hundred steps, as a user would start it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+EXAMPLES = {
+    "ppo_atari.py": ["--n-envs", "2", "--steps", "256"],
+    "dqn_atari.py": ["--n-envs", "2", "--steps", "300"],
+    "camera_env_ppo.py": ["--n-envs", "2", "--size", "64", "--steps", "256"],
+    "start_method.py": [],
+    "start_method.py --no-guard": ["--no-guard"],
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(EXAMPLES))
+def test_example_runs(name):
+    script = ROOT / "examples" / name.split()[0]
+    proc = subprocess.run(
+        [sys.executable, str(script), *EXAMPLES[name]],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def test_every_example_is_tested():
+    on_disk = {p.name for p in (ROOT / "examples").glob("*.py")}
+    assert on_disk == {name.split()[0] for name in EXAMPLES}

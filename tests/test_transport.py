@@ -1,0 +1,95 @@
+"""What crosses the pipes and what each worker runs with."""
+
+from __future__ import annotations
+
+import functools
+import os
+import subprocess
+import sys
+import textwrap
+from multiprocessing import connection
+
+import numpy as np
+import pytest
+
+from shmvec import ShmVecEnv
+from shmvec.synthetic import SyntheticImageEnv
+from tests.envs import DictImageEnv
+
+
+@pytest.fixture
+def pipe_bytes(monkeypatch):
+    """Count the bytes the main process sends and receives through multiprocessing pipes."""
+    counts = {"sent": 0, "received": 0}
+    send, recv = connection.Connection._send_bytes, connection.Connection._recv_bytes
+
+    def counting_send(self, buf):
+        counts["sent"] += len(buf)
+        return send(self, buf)
+
+    def counting_recv(self, maxsize=None):
+        out = recv(self, maxsize)
+        counts["received"] += out.getbuffer().nbytes
+        return out
+
+    monkeypatch.setattr(connection.Connection, "_send_bytes", counting_send)
+    monkeypatch.setattr(connection.Connection, "_recv_bytes", counting_recv)
+    return counts
+
+
+def test_no_observation_crosses_a_pipe(no_leaks, pipe_bytes):
+    """256x256x3 frames with an episode end every few steps: a frame (196 KiB) or a terminal
+    observation in any message would show; what does cross is commands and empty replies."""
+    fns = [functools.partial(SyntheticImageEnv, (256, 256, 3), episode_len=(2, 4))] * 4
+    with ShmVecEnv(fns, "fork", n_workers=2) as env:
+        env.reset()
+        before = dict(pipe_bytes)
+        steps, ends = 50, 0
+        for _ in range(steps):
+            _, _, dones, infos = env.step(np.zeros(4, np.int64))
+            ends += int(dones.sum())
+            assert all(i["terminal_observation"].shape == (256, 256, 3) for i, d in zip(infos, dones) if d)
+        sent = pipe_bytes["sent"] - before["sent"]
+        received = pipe_bytes["received"] - before["received"]
+    assert ends > 20
+    per_step = (sent + received) / steps
+    assert per_step < 1024, f"{per_step:.0f} bytes per step through the pipes"
+
+
+def test_workers_run_one_blas_thread_even_with_fork(no_leaks):
+    with ShmVecEnv([DictImageEnv] * 2, "fork") as env:
+        assert env.env_method("blas_threads") == [1, 1]
+    if os.cpu_count() and os.cpu_count() > 1 and "OMP_NUM_THREADS" not in os.environ:
+        # The control: left alone, the inherited BLAS pool has one thread per core.
+        with ShmVecEnv([DictImageEnv] * 2, "fork", worker_threads=None) as env:
+            assert env.env_method("blas_threads")[0] > 1
+
+
+def test_clean_exit_prints_nothing(tmp_path):
+    """No resource_tracker warning or other noise from a normal run, closed or not."""
+    script = tmp_path / "run.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+        import numpy as np
+        from shmvec import ShmVecEnv
+        from shmvec.synthetic import SyntheticImageEnv
+
+        if __name__ == "__main__":
+            closed = ShmVecEnv([SyntheticImageEnv] * 2, "forkserver")
+            closed.reset(); closed.step(np.zeros(2, np.int64)); closed.close()
+            forgotten = ShmVecEnv([SyntheticImageEnv] * 2, "fork")
+            forgotten.reset()
+        """
+        )
+    )
+    root = os.path.dirname(os.path.dirname(__file__))
+    proc = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": root},
+    )
+    assert proc.returncode == 0
+    assert proc.stderr == ""
