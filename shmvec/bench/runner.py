@@ -11,7 +11,9 @@ How a batch step's wall time is attributed (all per batch step, in seconds):
     (``ceil(n_envs / min(processes stepping envs, usable CPUs))``; for an env that mostly waits,
     the waiting part overlaps across all processes), capped at ``wait_s``;
   - ``copy_s``: *estimated* as the measured time of one fresh copy of a batch of observations (the
-    copy every backend makes to hand SB3 an array it may keep), capped at what is left;
+    copy DummyVecEnv, SubprocVecEnv and AsyncVectorEnv make to hand over an array the caller may
+    keep; ShmVecEnv lends ring slots instead when it can, so for it this is an upper bound), capped
+    at what is left;
   - ``ipc_s``: the rest of ``wait_s``: pipes, pickling, waking up, waiting for the slowest worker,
     and any extra copies or bookkeeping the backend makes.
 - ``unattributed_s``: wall time minus policy, send and wait (the loop's own overhead).
