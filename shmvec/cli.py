@@ -17,7 +17,7 @@ def _parser() -> argparse.ArgumentParser:
     bench = sub.add_parser(
         "bench",
         help="measure which VecEnv configuration is fastest on an env (default: ALE Pong raw frames)",
-        description="Measure VecEnv backends on an env: steps/s with 95%% CIs, where a step's time goes, "
+        description="Measure VecEnv backends on an env: steps/s with 95% CIs, where a step's time goes, "
         "CPU, memory, start-up; then recommend a configuration. With no options: ALE Pong raw frames, "
         "dummy vs subproc vs shm, n_envs 1,2,4,8, 3 repeats of 2 s (a few minutes).",
     )
