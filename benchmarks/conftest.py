@@ -1,8 +1,15 @@
-"""Collect ``bench_*.py`` here (they are not in the default test run: testpaths is ``tests``)."""
+"""Benchmark collection (``bench_*.py`` files too) and markers; not part of the default test run
+(testpaths is ``tests``)."""
 
 from __future__ import annotations
 
 import pytest
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "first: issue 2's first benchmark (Pong raw, synthetic 512x512x3, n=8)"
+    )
 
 
 def pytest_collect_file(file_path, parent):

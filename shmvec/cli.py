@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -14,19 +16,68 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command")
     bench = sub.add_parser(
         "bench",
-        help="compare ShmVecEnv with SubprocVecEnv and DummyVecEnv on an env (default: ALE Pong raw frames)",
+        help="measure which VecEnv configuration is fastest on an env (default: ALE Pong raw frames)",
+        description="Measure VecEnv backends on an env: steps/s with 95% CIs, where a step's time goes, "
+        "CPU, memory, start-up; then recommend a configuration. With no options: ALE Pong raw frames, "
+        "dummy vs subproc vs shm, n_envs 1,2,4,8, 3 repeats of 2 s (a few minutes).",
     )
     bench.add_argument(
         "--env", default="ALE/Pong-v5", help="gymnasium id or module:factory (default ALE/Pong-v5)"
     )
-    bench.add_argument("--n-envs", type=int, default=8, help="number of envs (default 8)")
     bench.add_argument(
-        "--repeats", type=int, default=3, help="measurements per backend, interleaved (default 3)"
+        "--env-kwargs",
+        default="{}",
+        help="JSON object of keyword arguments for the env or factory, e.g. "
+        '\'{"shape": [512, 512, 3], "work_s": 0.001}\'',
     )
-    bench.add_argument("--seconds", type=float, default=5.0, help="seconds per measurement (default 5)")
     bench.add_argument(
-        "--backends", default="dummy,subproc,shm", help="comma-separated: dummy, subproc, shm (default all)"
+        "--backends",
+        default="dummy,subproc,shm",
+        help="comma-separated, from: dummy, subproc, shm, async (gymnasium AsyncVectorEnv with shared "
+        "memory); default dummy,subproc,shm",
     )
+    bench.add_argument("--n-envs", default="1,2,4,8", help="comma-separated env counts (default 1,2,4,8)")
+    bench.add_argument(
+        "--n-workers",
+        default=None,
+        help="comma-separated worker counts for shm (default: min(n_envs, CPUs)); counts > n_envs skipped",
+    )
+    bench.add_argument(
+        "--policy",
+        default="none",
+        help="none (random actions) or ALGO:POLICY, e.g. ppo:CnnPolicy, so inference is in the loop",
+    )
+    bench.add_argument(
+        "--repeats", type=int, default=3, help="windows per configuration, interleaved (default 3)"
+    )
+    bench.add_argument("--seconds", type=float, default=2.0, help="seconds per window (default 2)")
+    bench.add_argument(
+        "--budget",
+        type=float,
+        default=None,
+        help="total seconds of measuring windows; overrides --seconds (start-up and warm-up come on top)",
+    )
+    bench.add_argument(
+        "--start-method", default="fork", help="for the process backends: fork (default), forkserver, spawn"
+    )
+    bench.add_argument("--json", type=Path, default=None, help="write every raw figure to this JSON file")
+    bench.add_argument("--plot", type=Path, default=None, help="write a PNG plot of steps/s against n_envs")
+    bench.add_argument(
+        "--from-json", type=Path, default=None, help="measure nothing: report from a JSON written by --json"
+    )
+    bench.add_argument(
+        "--readme", type=Path, default=None, help="replace the results block of this README with the report"
+    )
+    bench.add_argument(
+        "--train",
+        action="store_true",
+        help="train --policy (default ppo:CnnPolicy) with each backend instead; compare time, return "
+        "and learned parameters",
+    )
+    bench.add_argument(
+        "--train-steps", type=int, default=2048, help="env steps per training run (default 2048)"
+    )
+    bench.add_argument("--seeds", default="0,1,2", help="comma-separated training seeds (default 0,1,2)")
     codecs = sub.add_parser(
         "codecs",
         help="measure observation codecs on real frames: ratio, speed, exactness, error, policy effect",
@@ -101,33 +152,122 @@ def _codecs(args: argparse.Namespace) -> int:
     return 0
 
 
+def _json_object(text: str, what: str) -> dict:
+    import json
+
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{what} is not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"{what} must be a JSON object, got {text!r}")
+    return value
+
+
+def _ints(text: str, what: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"{what} must be comma-separated integers, got {text!r}") from None
+
+
+def _progress_bar(done: int, total: int, message: str) -> None:
+    width = 24
+    filled = width * done // total
+    line = f"[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {message}"
+    if sys.stderr.isatty():
+        end = "\n" if done == total else ""
+        print(f"\r\033[K{line}", end=end, file=sys.stderr, flush=True)
+    else:
+        print(line, file=sys.stderr, flush=True)
+
+
 def _bench(args: argparse.Namespace) -> int:
-    from shmvec.bench.envs import check_env_name, env_factory
-    from shmvec.bench.runner import BACKENDS, compare, ratio_spread
+    """Run ``shmvec bench``; any failure becomes a one-line ValueError for :func:`main` to print."""
+    try:
+        return _bench_unchecked(args)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(
+            str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        ) from exc
+    except (Exception, KeyboardInterrupt) as exc:
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raise ValueError(f"{type(exc).__name__}: {first}") from exc
+
+
+def _bench_unchecked(args: argparse.Namespace) -> int:
+    from shmvec.bench import report
+    from shmvec.bench.runner import BenchSpec, run
 
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
-    unknown = [b for b in backends if b not in BACKENDS]
-    if unknown:
-        raise ValueError(f"unknown backend {unknown[0]!r}; choose from {', '.join(BACKENDS)}")
-    if args.n_envs < 1:
-        raise ValueError(f"--n-envs must be >= 1, got {args.n_envs}")
-    if args.repeats < 1:
-        raise ValueError(f"--repeats must be >= 1, got {args.repeats}")
-    check_env_name(args.env)
-    fns = [env_factory(args.env)] * args.n_envs
-    print(f"{args.env}, n_envs={args.n_envs}, {args.repeats} x {args.seconds:g} s per backend, interleaved")
-    results = compare(
-        fns, backends, args.repeats, args.seconds, progress=lambda m: print("  " + m, flush=True)
-    )
-    print(f"\n{'backend':<10}{'median steps/s':>16}{'min':>10}{'max':>10}")
-    for r in results.values():
-        print(f"{r.backend:<10}{r.median:>16,.0f}{min(r.samples):>10,.0f}{max(r.samples):>10,.0f}")
-    if "shm" in results:
-        for other in results:
-            if other != "shm":
-                med, lo, hi = ratio_spread(results["shm"], results[other])
-                print(f"shm / {other}: {med:.2f}x (per-repeat ratios {lo:.2f}-{hi:.2f})")
+    n_envs = _ints(args.n_envs, "--n-envs")
+    args.env_kwargs = _json_object(args.env_kwargs, "--env-kwargs")
+    if args.train:
+        return _train(args, backends, n_envs)
+    source = args.from_json or args.json
+    if args.readme is not None and source is None:
+        raise ValueError("--readme needs --json or --from-json: the file's name names the README block")
+    if args.from_json is not None:
+        result = report.read_json(args.from_json)
+    else:
+        spec = BenchSpec(
+            env=args.env,
+            env_kwargs=args.env_kwargs,
+            backends=backends,
+            n_envs=n_envs,
+            n_workers=None if args.n_workers is None else _ints(args.n_workers, "--n-workers"),
+            policy=args.policy,
+            repeats=args.repeats,
+            seconds=args.seconds,
+            start_method=args.start_method,
+        )
+        spec.validate()
+        if args.budget is not None:
+            if args.budget <= 0:
+                raise ValueError(f"--budget must be > 0 seconds, got {args.budget}")
+            # One window per configuration per round, plus the env alone once per round.
+            spec.seconds = args.budget / ((len(spec.configs()) + 1) * spec.repeats)
+        result = run(spec, progress=_progress_bar)
+    print(report.table(result), end="")
+    if args.json is not None and args.from_json is None:
+        report.write_json(result, args.json)
+        print(f"raw figures: {args.json}")
+    if args.plot is not None:
+        report.plot(result, args.plot)
+        print(f"plot: {args.plot}")
+    if args.readme is not None:
+        plot = None if args.plot is None else os.path.relpath(args.plot, args.readme.resolve().parent)
+        report.update_readme(args.readme, source.stem, report.markdown(result, plot))
+        print(f"results block updated: {args.readme}")
     return 0
+
+
+def _train(args: argparse.Namespace, backends: list[str], n_envs: list[int]) -> int:
+    import json
+
+    from shmvec.bench.train import train
+
+    if not n_envs or min(n_envs) < 1:
+        raise ValueError(f"--n-envs must be >= 1, got {args.n_envs}")
+    result = train(
+        args.env,
+        backends,
+        policy="ppo:CnnPolicy" if args.policy == "none" else args.policy,
+        n_envs=max(n_envs),
+        total_steps=args.train_steps,
+        seeds=_ints(args.seeds, "--seeds"),
+        start_method=args.start_method,
+        env_kwargs=args.env_kwargs,
+        progress=lambda m: print("  " + m, file=sys.stderr, flush=True),
+    )
+    print(result.table(), end="")
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(result.to_dict(), indent=1) + "\n")
+        print(f"raw figures: {args.json}")
+    return 1 if result.problems() else 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -288,3 +288,15 @@ class FaultyEnv(gym.Env):
     def misbehave_now(self) -> int:
         self._maybe("method")
         return os.getpid()
+
+
+def make_small_synthetic() -> gym.Env:
+    """A cheap 16x16x3 synthetic image env for end-to-end runs of ``shmvec bench``."""
+    from shmvec.synthetic import SyntheticImageEnv
+
+    return SyntheticImageEnv((16, 16, 3), episode_len=(5, 20))
+
+
+def make_broken_env() -> gym.Env:
+    """A factory that raises, as a user's broken factory would."""
+    raise RuntimeError("this factory is broken\non purpose")

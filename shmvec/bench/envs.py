@@ -29,6 +29,20 @@ def _make_from_factory(spec: str, kwargs: dict[str, Any]) -> gym.Env:
     return factory(**kwargs)
 
 
+def atari_preprocessed(env_id: str = "ALE/Pong-v5", frame_stack: int = 4) -> gym.Env:
+    """The standard Atari pipeline: no-op starts, frame skip 4, 84x84 grayscale, ``frame_stack``
+    frames stacked first: observations of shape (4, 84, 84) uint8."""
+    from gymnasium.wrappers import AtariPreprocessing, FrameStackObservation
+
+    env = _make_registered(env_id, {"frameskip": 1})  # AtariPreprocessing does the skipping
+    return FrameStackObservation(AtariPreprocessing(env, frame_skip=4, screen_size=84), frame_stack)
+
+
+def pong_84x84x4() -> gym.Env:
+    """ALE Pong through :func:`atari_preprocessed` (``--env shmvec.bench.envs:pong_84x84x4``)."""
+    return atari_preprocessed("ALE/Pong-v5")
+
+
 def env_factory(name: str, **kwargs: Any) -> Callable[[], gym.Env]:
     """A picklable zero-argument factory for ``name`` (gymnasium id or ``module:factory``)."""
     if ":" in name and "/" not in name.split(":", 1)[0]:
@@ -36,13 +50,13 @@ def env_factory(name: str, **kwargs: Any) -> Callable[[], gym.Env]:
     return functools.partial(_make_registered, name, kwargs)
 
 
-def check_env_name(name: str) -> None:
+def check_env_name(name: str, **kwargs: Any) -> None:
     """Build and close one env so a bad name fails with a one-line message before workers start.
 
     :raises ValueError: with the reason (unknown id, missing module, a factory that raises).
     """
     try:
-        env = env_factory(name)()
+        env = env_factory(name, **kwargs)()
     except Exception as exc:
         raise ValueError(f"cannot create env {name!r}: {type(exc).__name__}: {exc}") from exc
     env.close()

@@ -1,87 +1,460 @@
-"""Run VecEnv backends on the same env and actions, interleaved, and report steps/s with spread."""
+"""Measuring VecEnv configurations on one env: throughput, where a step's time goes, CPU, memory and
+start-up, repeated and interleaved.
+
+How a batch step's wall time is attributed (all per batch step, in seconds):
+
+- ``policy_s``: measured, the time to choose the actions (SB3 ``predict``; ~0 for random actions).
+- ``send_s``: measured, ``step_async`` in the main process.
+- ``wait_s``: measured, ``step_wait`` in the main process. It is split, from outside the engine, into
+  - ``env_s``: env compute on the critical path, *estimated* as the env's own step time (one env
+    stepped alone in this process, median over the rounds) x the envs one CPU must step in turn
+    (``ceil(n_envs / min(processes stepping envs, usable CPUs))``; for an env that mostly waits,
+    the waiting part overlaps across all processes), capped at ``wait_s``;
+  - ``copy_s``: *estimated* as the measured time of one fresh copy of a batch of observations (the
+    copy DummyVecEnv, SubprocVecEnv and AsyncVectorEnv make to hand over an array the caller may
+    keep; ShmVecEnv lends ring slots instead when it can, so for it this is an upper bound), capped
+    at what is left;
+  - ``ipc_s``: the rest of ``wait_s``: pipes, pickling, waking up, waiting for the slowest worker,
+    and any extra copies or bookkeeping the backend makes.
+- ``unattributed_s``: wall time minus policy, send and wait (the loop's own overhead).
+
+So ``policy + send + env + copy + ipc + unattributed`` is the measured step time by construction;
+``unattributed_s`` small is the check that the timers cover the loop. What cannot be attributed from
+outside: how much of ``ipc_s`` is transport versus a worker waiting for a CPU, and the extra copies a
+backend makes. A hook in the engine reporting worker-side step and write times would split it.
+"""
 
 from __future__ import annotations
 
-import statistics
+import math
+import platform
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
-BACKENDS = ("dummy", "subproc", "shm")
+from shmvec.bench import system
+from shmvec.bench.backends import check_backend, make_vec_env, takes_workers
+from shmvec.bench.envs import check_env_name, env_factory
+from shmvec.bench.policy import make_actor, parse_policy
+from shmvec.bench.stats import Summary, summarize
+
+# A point is flagged as disturbed when any of these is exceeded.
+MAX_REL_SPREAD = 0.25  # (max - min) / median of the repeats' steps/s
+MAX_OTHER_CORES = 0.3  # CPU (in cores) that processes outside the benchmarked tree took
+MAX_STEAL = 0.05  # fraction of CPU time the hypervisor stole
+# An env alone on a CPU less than this fraction of its step time waits (I/O, sleep) more than it computes.
+WAITING_CPU = 0.5
 
 
-def make_vec_env(backend: str, env_fns: list[Callable[[], gym.Env]], start_method: str = "fork"):
-    """Build one VecEnv backend: ``dummy`` (SB3 DummyVecEnv), ``subproc`` (SB3 SubprocVecEnv), ``shm``."""
-    from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
-
-    from shmvec.vec_env import ShmVecEnv
-
-    if backend == "dummy":
-        return DummyVecEnv(env_fns)
-    if backend == "subproc":
-        return SubprocVecEnv(env_fns, start_method=start_method)
-    if backend == "shm":
-        return ShmVecEnv(env_fns, start_method=start_method)
-    raise ValueError(f"unknown backend {backend!r}; choose from {', '.join(BACKENDS)}")
-
-
-def measure_steps_per_s(vec_env, seconds: float, warmup_steps: int = 20, seed: int = 0) -> float:
-    """Env steps per second (batch steps x n_envs) of random actions over about ``seconds``."""
-    n = vec_env.num_envs
-    vec_env.action_space.seed(seed)
-    vec_env.seed(seed)
-    vec_env.reset()
-    actions = [np.array([vec_env.action_space.sample() for _ in range(n)]) for _ in range(64)]
-    for k in range(warmup_steps):
-        vec_env.step(actions[k % 64])
-    steps, start = 0, time.perf_counter()
-    while True:
-        vec_env.step(actions[steps % 64])
-        steps += 1
-        elapsed = time.perf_counter() - start
-        if elapsed >= seconds:
-            return steps * n / elapsed
-
-
-@dataclass
-class Result:
-    """Repeated measurements of one backend: steps/s per repeat."""
+@dataclass(frozen=True)
+class Config:
+    """One configuration: a backend, a number of envs and (for backends that take it) workers."""
 
     backend: str
     n_envs: int
-    samples: list[float] = field(default_factory=list)
+    n_workers: int | None = None  # None: the backend's default
 
     @property
-    def median(self) -> float:
-        return statistics.median(self.samples)
+    def label(self) -> str:
+        """E.g. ``shm n=8 w=2``."""
+        workers = f" w={self.n_workers}" if self.n_workers is not None else ""
+        return f"{self.backend} n={self.n_envs}{workers}"
 
 
-def compare(
-    env_fns: list[Callable[[], gym.Env]],
-    backends: Sequence[str] = BACKENDS,
-    repeats: int = 3,
-    seconds: float = 5.0,
-    progress: Callable[[str], None] | None = None,
-) -> dict[str, Result]:
-    """Measure each backend ``repeats`` times, interleaved (a, b, c, a, b, c...) so that a disturbance
-    of the shared machine hits every backend alike instead of biasing one of them."""
-    results = {b: Result(b, len(env_fns)) for b in backends}
-    for r in range(repeats):
-        for b in backends:
-            vec_env = make_vec_env(b, env_fns)
-            try:
-                results[b].samples.append(measure_steps_per_s(vec_env, seconds, seed=r))
-            finally:
-                vec_env.close()
-            if progress is not None:
-                progress(f"repeat {r + 1}/{repeats} {b}: {results[b].samples[-1]:,.0f} steps/s")
-    return results
+@dataclass
+class Sample:
+    """One measurement window of one configuration. Times are seconds per batch step."""
+
+    steps_per_s: float  # env steps (batch steps x n_envs) per second
+    batch_steps: int
+    wall_s: float  # length of the measured window
+    step_s: float
+    policy_s: float
+    send_s: float
+    wait_s: float
+    env_s: float
+    copy_s: float
+    ipc_s: float
+    unattributed_s: float
+    cpu_cores: float  # CPU time of the process tree / wall time
+    other_cores: float  # CPU time of everything else on the machine / wall time
+    steal: float  # fraction of machine CPU time stolen by the hypervisor
+    rss_bytes: int  # peak of the tree's summed RSS, sampled after reset and after the window
+    pss_bytes: int  # same, PSS (shared pages split between the processes mapping them)
+    shm_bytes: int  # named /dev/shm segments the backend created
+    startup_s: float  # construction + first reset
+    processes: int  # worker processes
 
 
-def ratio_spread(a: Result, b: Result) -> tuple[float, float, float]:
-    """Median, min and max of the per-repeat ratios a/b (repeats are paired: same round)."""
-    ratios = [x / y for x, y in zip(a.samples, b.samples)]
-    return statistics.median(ratios), min(ratios), max(ratios)
+@dataclass
+class Point:
+    """Every repeat of one configuration, with its summary and disturbance flags."""
+
+    config: Config
+    samples: list[Sample] = field(default_factory=list)
+    steps_per_s: Summary | None = None
+    disturbed: list[str] = field(default_factory=list)
+
+    def median(self, name: str) -> float:
+        """Median over the repeats of one :class:`Sample` field."""
+        return float(np.median([getattr(s, name) for s in self.samples]))
+
+    def representative(self) -> Sample:
+        """The repeat with the median steps/s (the lower one for an even count): its parts add up
+        to its step time, which medians taken part by part would not."""
+        ranked = sorted(self.samples, key=lambda s: s.steps_per_s)
+        return ranked[(len(ranked) - 1) // 2]
+
+    def breakdown(self) -> dict[str, float]:
+        """Seconds per batch step of each part, in a fixed order, from :meth:`representative`."""
+        s = self.representative()
+        names = ("env_s", "ipc_s", "copy_s", "policy_s", "send_s", "unattributed_s")
+        return {n: getattr(s, n) for n in names}
+
+
+@dataclass
+class BenchSpec:
+    """What to measure.
+
+    :param env: gymnasium id or ``module:factory``.
+    :param env_kwargs: keyword arguments for ``gym.make`` or the factory (default none).
+    :param backends: backend names (see :mod:`shmvec.bench.backends`).
+    :param n_envs: env counts to try (each >= 1).
+    :param n_workers: worker counts to try for backends that take them (None: the backend's default);
+        counts above n_envs are skipped.
+    :param policy: ``none`` (random actions) or ``algo:Policy`` (e.g. ``ppo:CnnPolicy``).
+    :param repeats: measurement windows per configuration (default 3), interleaved across
+        configurations so a disturbance of the machine hits them alike.
+    :param seconds: length of one window (default 2 s), after a short warm-up.
+    :param start_method: for the process backends (default fork).
+    :param seed: seed of the envs and the random actions.
+    """
+
+    env: str = "ALE/Pong-v5"
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    backends: Sequence[str] = ("dummy", "subproc", "shm")
+    n_envs: Sequence[int] = (1, 2, 4, 8)
+    n_workers: Sequence[int] | None = None
+    policy: str = "none"
+    repeats: int = 3
+    seconds: float = 2.0
+    start_method: str = "fork"
+    seed: int = 0
+
+    def validate(self) -> None:
+        """:raises ValueError: with a one-line reason for the first bad field."""
+        for b in self.backends:
+            check_backend(b)
+        if not self.backends:
+            raise ValueError("no backends given")
+        if not self.n_envs or any(n < 1 for n in self.n_envs):
+            raise ValueError(f"n_envs must be >= 1, got {list(self.n_envs)}")
+        if self.n_workers is not None and any(w < 1 for w in self.n_workers):
+            raise ValueError(f"n_workers must be >= 1, got {list(self.n_workers)}")
+        if self.repeats < 1:
+            raise ValueError(f"repeats must be >= 1, got {self.repeats}")
+        if not self.seconds > 0:
+            raise ValueError(f"seconds must be > 0, got {self.seconds}")
+        parse_policy(self.policy)
+
+    def configs(self) -> list[Config]:
+        """Every configuration to measure, backend by backend, n_envs ascending."""
+        out = []
+        for b in self.backends:
+            for n in sorted(set(self.n_envs)):
+                if takes_workers(b) and self.n_workers is not None:
+                    out += [Config(b, n, w) for w in sorted(set(self.n_workers)) if w <= n]
+                else:
+                    out.append(Config(b, n))
+        return out
+
+
+@dataclass
+class BenchResult:
+    """Everything measured: the spec, the machine, the env alone, and every configuration."""
+
+    spec: BenchSpec
+    machine: dict[str, Any]
+    obs_bytes: int  # one env's observation
+    alone: list[float]  # steps/s of one env stepped alone in this process, one per round
+    alone_cpu: list[float]  # CPU time / wall time of those runs (well below 1: the env waits)
+    points: list[Point]
+    recommendation: dict[str, Any] = field(default_factory=dict)
+    batch_copy_s: dict[int, float] = field(default_factory=dict)  # one fresh copy of n_envs observations
+
+    @property
+    def alone_summary(self) -> Summary:
+        return summarize(self.alone)
+
+    @property
+    def cpu_fraction(self) -> float:
+        """Fraction of an env step spent on a CPU: 1 for an env that computes, the measured fraction
+        (median over rounds) for one that mostly waits (below :data:`WAITING_CPU`). Between the two,
+        a low figure means a loaded machine, not a waiting env."""
+        measured = float(np.median(self.alone_cpu)) if self.alone_cpu else 1.0
+        return 1.0 if measured >= WAITING_CPU else max(measured, 1e-3)
+
+    def ceiling_rule(self) -> str:
+        """How :meth:`ceiling` is computed, in words."""
+        cpus = f"{self.machine['usable_cpus']} CPUs"
+        if self.cpu_fraction < 1:
+            cpus += f" / {self.cpu_fraction:.2g} of a step on a CPU"
+        return f"one env alone x min(n_envs, {cpus})"
+
+    def ceiling(self, n_envs: int) -> float:
+        """Steps/s this machine could reach with n_envs: the env alone x min(n_envs, usable CPUs /
+        :attr:`cpu_fraction`), i.e. alone x min(n_envs, CPUs) for an env that computes."""
+        return self.alone_summary.median * min(n_envs, self.machine["usable_cpus"] / self.cpu_fraction)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-serialisable dict with every raw figure."""
+        d = asdict(self)
+        d["spec"]["backends"] = list(self.spec.backends)
+        d["alone_summary"] = asdict(self.alone_summary)
+        for p, pd in zip(self.points, d["points"]):
+            pd["label"] = p.config.label
+            pd["breakdown"] = p.breakdown()
+            pd["ceiling"] = self.ceiling(p.config.n_envs)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> BenchResult:
+        """Rebuild a result from :meth:`to_dict` output (e.g. a committed JSON)."""
+        points = []
+        for pd in d["points"]:
+            s = pd["steps_per_s"]
+            points.append(
+                Point(
+                    Config(**pd["config"]),
+                    [Sample(**x) for x in pd["samples"]],
+                    Summary(**s) if s else None,
+                    list(pd["disturbed"]),
+                )
+            )
+        spec = BenchSpec(**d["spec"])
+        copies = {int(n): t for n, t in d.get("batch_copy_s", {}).items()}
+        return cls(
+            spec,
+            d["machine"],
+            d["obs_bytes"],
+            d["alone"],
+            d["alone_cpu"],
+            points,
+            d.get("recommendation", {}),
+            copies,
+        )
+
+
+Progress = Callable[[int, int, str], None]
+
+
+def run(spec: BenchSpec, progress: Progress | None = None) -> BenchResult:
+    """Measure every configuration of ``spec``; the Python API behind ``shmvec bench``.
+
+    :param progress: called as ``progress(done, total, message)`` after each window.
+    :raises ValueError: for a bad spec or an env that cannot be created.
+    """
+    spec.validate()
+    check_env_name(spec.env, **spec.env_kwargs)
+    env_fn = env_factory(spec.env, **spec.env_kwargs)
+    actor = make_actor(spec.policy, env_fn, spec.seed)
+    configs = spec.configs()
+    points = [Point(c) for c in configs]
+    alone: list[float] = []
+    alone_cpu: list[float] = []
+    probe = env_fn()
+    obs_bytes = int(sum(np.asarray(x).nbytes for x in _leaves(probe.observation_space.sample())))
+    probe.close()
+    copy_s = {n: _copy_time(probe.observation_space, n) for n in sorted(set(spec.n_envs))}
+    total, done = (len(configs) + 1) * spec.repeats, 0
+    for r in range(spec.repeats):
+        rate, cpu = _measure_alone(env_fn, spec.seconds, spec.seed + r)
+        alone.append(rate)
+        alone_cpu.append(cpu)
+        done += 1
+        if progress:
+            progress(done, total, f"round {r + 1}: one env alone {alone[-1]:,.0f} steps/s")
+        # Alternate the order between rounds so slow drift of the machine does not favour one end.
+        order = points if r % 2 == 0 else points[::-1]
+        for point in order:
+            c = point.config
+            point.samples.append(_measure(c, env_fn, actor, spec, spec.seed + r))
+            done += 1
+            if progress:
+                progress(done, total, f"{c.label}: {point.samples[-1].steps_per_s:,.0f} steps/s")
+    # Attributed after all rounds, from the median env-alone rate: one disturbed round then does
+    # not distort the estimate.
+    env_step_s = 1.0 / float(np.median(alone))
+    machine = {
+        "usable_cpus": system.usable_cpus(),
+        "cpu": platform.processor() or platform.machine(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    result = BenchResult(spec, machine, obs_bytes, alone, alone_cpu, points, batch_copy_s=copy_s)
+    for point in points:
+        for sample in point.samples:
+            n = point.config.n_envs
+            _attribute(sample, n, env_step_s, result.cpu_fraction, copy_s[n])
+        _summarize(point)
+    from shmvec.bench.recommend import recommend
+
+    result.recommendation = recommend(result)
+    return result
+
+
+def _leaves(obs: Any) -> list[Any]:
+    if isinstance(obs, dict):
+        return [x for v in obs.values() for x in _leaves(v)]
+    if isinstance(obs, tuple):
+        return [x for v in obs for x in _leaves(v)]
+    return [obs]
+
+
+def _copy_time(space: gym.Space, n_envs: int) -> float:
+    """Median time of one fresh copy of a batch of ``n_envs`` observations (s)."""
+    batch = [np.stack([np.asarray(x)] * n_envs) for x in _leaves(space.sample())]
+    times = []
+    for _ in range(15):
+        t = time.perf_counter()
+        for x in batch:
+            x.copy()
+        times.append(time.perf_counter() - t)
+    return float(np.median(times))
+
+
+def _measure_alone(env_fn: Callable[[], gym.Env], seconds: float, seed: int) -> tuple[float, float]:
+    """Steps/s of one env stepped in this process with random actions, resets included, and the
+    fraction of that time this process was on a CPU."""
+    env = env_fn()
+    try:
+        env.action_space.seed(seed)
+        env.reset(seed=seed)
+        actions = [env.action_space.sample() for _ in range(64)]
+        steps, start, cpu = 0, time.perf_counter(), time.process_time()
+        while True:
+            _, _, term, trunc, _ = env.step(actions[steps % 64])
+            if term or trunc:
+                env.reset()
+            steps += 1
+            elapsed = time.perf_counter() - start
+            if elapsed >= seconds:
+                return steps / elapsed, (time.process_time() - cpu) / elapsed
+    finally:
+        env.close()
+
+
+def _measure(
+    config: Config,
+    env_fn: Callable[[], gym.Env],
+    actor: Callable[[Any], np.ndarray] | None,
+    spec: BenchSpec,
+    seed: int,
+) -> Sample:
+    """One window; ``env_s``, ``copy_s`` and ``ipc_s`` are left 0 for :func:`_attribute`."""
+    n = config.n_envs
+    shm_before = system.shm_segments()
+    t0 = time.perf_counter()
+    venv = make_vec_env(config.backend, [env_fn] * n, config.n_workers, spec.start_method)
+    try:
+        venv.seed(seed)
+        obs = venv.reset()
+        startup_s = time.perf_counter() - t0
+        shm_bytes = sum(s for name, s in system.shm_segments().items() if name not in shm_before)
+        procs = list(venv.processes)
+        mem0 = system.memory(procs)
+        venv.action_space.seed(seed)
+        presampled = [np.array([venv.action_space.sample() for _ in range(n)]) for _ in range(64)]
+
+        def act(k: int, obs: Any) -> np.ndarray:
+            return presampled[k % 64] if actor is None else actor(obs)
+
+        # Warm-up: first steps touch fresh pages and fill caches.
+        warm_end = time.perf_counter() + min(0.5, 0.2 * spec.seconds)
+        k = 0
+        while k < 3 or time.perf_counter() < warm_end:
+            venv.step_async(act(k, obs))
+            obs = venv.step_wait()[0]
+            k += 1
+        cpu0 = system.cpu_snapshot(procs)
+        policy = send = wait = 0.0
+        steps = 0
+        start = time.perf_counter()
+        while True:
+            a = time.perf_counter()
+            actions = act(steps, obs)
+            b = time.perf_counter()
+            venv.step_async(actions)
+            c = time.perf_counter()
+            obs = venv.step_wait()[0]
+            d = time.perf_counter()
+            policy += b - a
+            send += c - b
+            wait += d - c
+            steps += 1
+            if d - start >= spec.seconds:
+                break
+        wall = d - start
+        cpu1 = system.cpu_snapshot(procs)
+        mem1 = system.memory(procs)
+    finally:
+        venv.close()
+    per = 1.0 / steps
+    tree = cpu1.tree_s - cpu0.tree_s
+    machine_total = cpu1.machine_total_s - cpu0.machine_total_s
+    return Sample(
+        steps_per_s=steps * n / wall,
+        batch_steps=steps,
+        wall_s=wall,
+        step_s=wall * per,
+        policy_s=policy * per,
+        send_s=send * per,
+        wait_s=wait * per,
+        env_s=0.0,
+        copy_s=0.0,
+        ipc_s=0.0,
+        unattributed_s=(wall - policy - send - wait) * per,
+        cpu_cores=tree / wall,
+        other_cores=max(0.0, (cpu1.machine_busy_s - cpu0.machine_busy_s - tree) / wall),
+        steal=(cpu1.machine_steal_s - cpu0.machine_steal_s) / machine_total if machine_total > 0 else 0.0,
+        rss_bytes=max(mem0.rss, mem1.rss),
+        pss_bytes=max(mem0.pss, mem1.pss),
+        shm_bytes=shm_bytes,
+        startup_s=startup_s,
+        processes=len(procs),
+    )
+
+
+def _attribute(sample: Sample, n_envs: int, env_step_s: float, cpu_fraction: float, copy_s: float) -> None:
+    """Split ``wait_s`` into env compute, copy and IPC+waiting (see the module docstring).
+
+    The computing part of an env step runs on at most one process per CPU at a time; the waiting
+    part (``1 - cpu_fraction``) overlaps across all processes.
+    """
+    procs = max(sample.processes, 1)
+    cpu_lanes = min(procs, system.usable_cpus())
+    env_s = env_step_s * (
+        cpu_fraction * math.ceil(n_envs / cpu_lanes) + (1 - cpu_fraction) * math.ceil(n_envs / procs)
+    )
+    sample.env_s = min(env_s, sample.wait_s)
+    sample.copy_s = min(copy_s, sample.wait_s - sample.env_s)
+    sample.ipc_s = sample.wait_s - sample.env_s - sample.copy_s
+
+
+def _summarize(point: Point) -> None:
+    point.steps_per_s = summarize([s.steps_per_s for s in point.samples])
+    reasons = []
+    if point.steps_per_s.rel_spread > MAX_REL_SPREAD:
+        reasons.append(f"repeats differ by {point.steps_per_s.rel_spread:.0%}")
+    other = point.median("other_cores")
+    if other > MAX_OTHER_CORES:
+        reasons.append(f"other processes used {other:.1f} cores")
+    steal = point.median("steal")
+    if steal > MAX_STEAL:
+        reasons.append(f"hypervisor stole {steal:.0%} of CPU time")
+    point.disturbed = reasons

@@ -1,0 +1,160 @@
+"""The VecEnv backends a benchmark can compare, built from the same env factories.
+
+Every backend is driven through the same four calls (``reset``, ``step_async``, ``step_wait``,
+``close``) plus a ``processes`` list (the worker processes, for CPU and memory accounting), so the
+runner times them all the same way.
+
+Backends: ``dummy`` (SB3 DummyVecEnv), ``subproc`` (SB3 SubprocVecEnv), ``shm`` (ShmVecEnv) and
+``async`` (gymnasium ``AsyncVectorEnv(shared_memory=True)`` behind a small adapter). Another backend
+(e.g. ``shm`` with an observation codec, once ShmVecEnv has one) is added with
+:func:`register_backend`; the CLI, runner and reports pick it up by name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import gymnasium as gym
+import numpy as np
+
+
+class BenchVecEnv(Protocol):
+    """What the runner needs from a backend (SB3's VecEnv has all of it but ``processes``)."""
+
+    num_envs: int
+    observation_space: gym.Space
+    action_space: gym.Space
+
+    def seed(self, seed: int | None = None) -> Any: ...
+    def reset(self) -> Any: ...
+    def step_async(self, actions: np.ndarray) -> None: ...
+    def step_wait(self) -> Any: ...
+    def close(self) -> None: ...
+
+
+# A builder gets the factories, the worker count (None: the backend's default) and the start method.
+Builder = Callable[[list[Callable[[], gym.Env]], int | None, str], Any]
+
+
+class GymAsyncAdapter:
+    """gymnasium's ``AsyncVectorEnv(shared_memory=True)`` with SB3's VecEnv calling convention.
+
+    Auto-reset happens in the same step (``AutoresetMode.SAME_STEP``), as in SB3, so the env work per
+    step is the same as for the other backends. Observations are returned as gymnasium returns them
+    (``copy=True``: a fresh array); rewards, dones and infos are converted only as far as the runner
+    needs (no per-env info dicts are built: that cost is left out for this backend).
+    """
+
+    def __init__(self, env_fns: list[Callable[[], gym.Env]], start_method: str) -> None:
+        from gymnasium.vector import AsyncVectorEnv, AutoresetMode
+
+        self._env = AsyncVectorEnv(
+            env_fns, shared_memory=True, context=start_method, autoreset_mode=AutoresetMode.SAME_STEP
+        )
+        self.num_envs = self._env.num_envs
+        self.observation_space = self._env.single_observation_space
+        self.action_space = self._env.single_action_space
+        self._seed: int | None = None
+
+    @property
+    def processes(self) -> list[Any]:
+        """The worker processes, in env order."""
+        return list(self._env.processes)
+
+    def seed(self, seed: int | None = None) -> None:
+        self._seed = seed
+
+    def reset(self) -> np.ndarray:
+        obs, _ = self._env.reset(seed=self._seed)
+        self._seed = None
+        return obs
+
+    def step_async(self, actions: np.ndarray) -> None:
+        self._env.step_async(actions)
+
+    def step_wait(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict]:
+        obs, rewards, terminated, truncated, infos = self._env.step_wait()
+        return obs, rewards.astype(np.float32), terminated | truncated, infos
+
+    def close(self) -> None:
+        self._env.close()
+
+
+def _dummy(env_fns: list[Callable[[], gym.Env]], n_workers: int | None, start_method: str) -> Any:
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    venv = DummyVecEnv(env_fns)
+    venv.processes = []  # type: ignore[attr-defined]
+    return venv
+
+
+def _subproc(env_fns: list[Callable[[], gym.Env]], n_workers: int | None, start_method: str) -> Any:
+    from stable_baselines3.common.vec_env import SubprocVecEnv
+
+    return SubprocVecEnv(env_fns, start_method=start_method)
+
+
+def _shm(env_fns: list[Callable[[], gym.Env]], n_workers: int | None, start_method: str) -> Any:
+    from shmvec.vec_env import ShmVecEnv
+
+    return ShmVecEnv(env_fns, start_method=start_method, n_workers=n_workers)
+
+
+def _async(env_fns: list[Callable[[], gym.Env]], n_workers: int | None, start_method: str) -> Any:
+    return GymAsyncAdapter(env_fns, start_method)
+
+
+_BUILDERS: dict[str, Builder] = {"dummy": _dummy, "subproc": _subproc, "shm": _shm, "async": _async}
+# Backends whose worker count can be chosen (the others have one worker per env, or none).
+_TAKES_WORKERS: set[str] = {"shm"}
+
+
+def register_backend(name: str, builder: Builder, takes_workers: bool = False) -> None:
+    """Make ``name`` available to :func:`make_vec_env`, the runner and ``shmvec bench --backends``.
+
+    This is where ``shm`` with a codec plugs in once ShmVecEnv accepts one, e.g.
+    ``register_backend("shm-lz4", lambda fns, w, sm: ShmVecEnv(fns, sm, n_workers=w, codec="lz4"),
+    takes_workers=True)``.
+
+    :param builder: ``builder(env_fns, n_workers, start_method)`` returning a VecEnv-like object with a
+        ``processes`` list (see :class:`BenchVecEnv`); ``n_workers`` is None for the default.
+    :param takes_workers: whether ``--n-workers`` candidates apply to this backend.
+    """
+    _BUILDERS[name] = builder
+    if takes_workers:
+        _TAKES_WORKERS.add(name)
+
+
+def backend_names() -> tuple[str, ...]:
+    """The registered backend names, in registration order."""
+    return tuple(_BUILDERS)
+
+
+def takes_workers(backend: str) -> bool:
+    """Whether the worker count of ``backend`` can be chosen."""
+    return backend in _TAKES_WORKERS
+
+
+def check_backend(name: str) -> None:
+    """:raises ValueError: if ``name`` is not a registered backend."""
+    if name not in _BUILDERS:
+        raise ValueError(f"unknown backend {name!r}; choose from {', '.join(_BUILDERS)}")
+
+
+def make_vec_env(
+    backend: str,
+    env_fns: list[Callable[[], gym.Env]],
+    n_workers: int | None = None,
+    start_method: str = "fork",
+) -> Any:
+    """Build one backend over ``env_fns``.
+
+    :param n_workers: worker processes for backends that take it (default None: the backend's own
+        default); ignored by the others.
+    :param start_method: multiprocessing start method for the process backends (default ``fork``:
+        fastest to start, and workers do not re-import torch).
+    :raises ValueError: for an unknown backend.
+    """
+    check_backend(backend)
+    return _BUILDERS[backend](list(env_fns), n_workers, start_method)

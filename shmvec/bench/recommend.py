@@ -1,0 +1,140 @@
+"""From measurements to a plain-words answer: which configuration wins, by how much, and why."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any
+
+from shmvec.bench.stats import overlaps
+
+if TYPE_CHECKING:
+    from shmvec.bench.runner import BenchResult, Point
+
+# Share of a batch step above which one component is called the bottleneck.
+_BOUND_SHARE = 0.5
+# The tree is "saturating the CPUs" above this fraction of the usable cores.
+_SATURATED = 0.8
+
+
+def shares(point: Point) -> dict[str, float]:
+    """Fractions of the median step time: env, ipc (send + IPC/waiting), copy, policy, other."""
+    b = point.breakdown()
+    step = point.representative().step_s
+    if step <= 0:
+        return {}
+    return {
+        "env": b["env_s"] / step,
+        "ipc": (b["ipc_s"] + b["send_s"]) / step,
+        "copy": b["copy_s"] / step,
+        "policy": b["policy_s"] / step,
+        "other": b["unattributed_s"] / step,
+    }
+
+
+def _bound(result: BenchResult, point: Point, sh: dict[str, float]) -> tuple[str, str]:
+    cpus = result.machine["usable_cpus"]
+    busy = point.median("cpu_cores")
+    top = max(("env", "ipc", "copy", "policy"), key=lambda k: sh.get(k, 0.0))
+    if sh.get(top, 0.0) < _BOUND_SHARE:
+        return "mixed", "no single part dominates"
+    if top == "policy":
+        return "policy", "policy-bound: inference dominates; larger batches (more envs) amortise it"
+    if top == "copy":
+        return "copy", "copy-bound: copying observations dominates (copy=False or smaller frames help)"
+    if top == "ipc" and point.median("processes") == 0:
+        return "overhead", (
+            "overhead-bound: the VecEnv's own bookkeeping costs more than the env step; a step this "
+            "cheap gains nothing from worker processes"
+        )
+    if top == "ipc":
+        other = point.median("other_cores")
+        theirs = (
+            f"; other processes took {other:.1f} cores, so part of the wait is theirs" if other > 0.3 else ""
+        )
+        return "ipc", (
+            "IPC/wait-bound: the time in step_wait beyond the envs' own compute (pipes, wake-ups, workers "
+            f"waiting for a CPU) dominates{theirs}"
+        )
+    if result.cpu_fraction < 1:
+        return "io", (
+            f"env-bound, but the env waits rather than computes ({busy:.1f} of {cpus} CPUs busy): "
+            "more envs than cores keeps the CPUs busy"
+        )
+    if busy >= _SATURATED * cpus:
+        return "env", (
+            f"env-bound with the CPUs saturated ({busy:.1f} of {cpus} busy): more workers or envs will "
+            f"not help on {cpus} cores"
+        )
+    if point.median("processes") < cpus:
+        return "env", (
+            f"env-bound on fewer processes than CPUs ({busy:.1f} of {cpus} busy): envs spread over more "
+            "worker processes could use the idle CPUs"
+        )
+    return "env", f"env-bound ({busy:.1f} of {cpus} CPUs busy)"
+
+
+def recommend(result: BenchResult) -> dict[str, Any]:
+    """The best configuration, how it compares with the runner-up and SubprocVecEnv, and why.
+
+    :returns: a dict with ``text`` (plain words) and the figures it is built from.
+    """
+    ranked = sorted(
+        (p for p in result.points if p.steps_per_s is not None),
+        key=lambda p: p.steps_per_s.median,  # type: ignore[union-attr]
+        reverse=True,
+    )
+    if not ranked:
+        return {"text": "nothing was measured"}
+    best = ranked[0]
+    assert best.steps_per_s is not None
+    rate = best.steps_per_s
+    sh = shares(best)
+    bound, why = _bound(result, best, sh)
+    ceiling = result.ceiling(best.config.n_envs)
+    out: dict[str, Any] = {
+        "best": best.config.label,
+        "best_config": asdict(best.config),
+        "steps_per_s": rate.median,
+        "shares": sh,
+        "bound": bound,
+        "ceiling": ceiling,
+        "ceiling_fraction": rate.median / ceiling if ceiling else None,
+    }
+    text = [
+        f"Best: {best.config.label} at {rate.median:,.0f} steps/s "
+        f"(95% CI {rate.ci_low:,.0f}-{rate.ci_high:,.0f})"
+    ]
+    if len(ranked) > 1:
+        second = ranked[1]
+        assert second.steps_per_s is not None
+        tied = overlaps(rate, second.steps_per_s)
+        out.update(
+            runner_up=second.config.label,
+            vs_runner_up=rate.median / second.steps_per_s.median,
+            runner_up_tied=tied,
+        )
+        text.append(
+            f", {out['vs_runner_up']:.2f}x the runner-up {second.config.label}"
+            + (" (CIs overlap: not a clear win)" if tied else "")
+        )
+    subproc = [p for p in ranked if p.config.backend == "subproc"]
+    if subproc and best.config.backend != "subproc":
+        s = subproc[0]
+        assert s.steps_per_s is not None
+        out.update(subproc=s.config.label, vs_subproc=rate.median / s.steps_per_s.median)
+        text.append(f" and {out['vs_subproc']:.2f}x SubprocVecEnv at its best ({s.config.label})")
+    text.append(".")
+    if sh:
+        parts = ", ".join(f"{k} {v:.0%}" for k, v in sh.items() if k != "other")
+        step_ms = best.representative().step_s * 1e3
+        text.append(f" Where a step's {step_ms:.2f} ms go: {parts}. {why[0].upper()}{why[1:]}.")
+    if ceiling:
+        text.append(
+            f" It reaches {out['ceiling_fraction']:.0%} of the ceiling ({ceiling:,.0f} steps/s = "
+            f"{result.ceiling_rule()})."
+        )
+    disturbed = [p.config.label for p in result.points if p.disturbed]
+    if disturbed:
+        text.append(f" Disturbed points (re-measure on a quiet machine): {', '.join(disturbed)}.")
+    out["text"] = "".join(text)
+    return out

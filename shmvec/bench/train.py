@@ -1,0 +1,182 @@
+"""``shmvec bench --train``: train the same algorithm with each backend over a fixed set of seeds, so a
+faster configuration is never judged on steps/s alone.
+
+Per backend and seed: wall-clock time, the mean return of the last (up to 100) finished episodes, and
+a hash of the learned parameters. Backends that must be equivalent (DummyVecEnv and ShmVecEnv, both
+float32 rewards) must give identical parameters for the same seed; SubprocVecEnv returns float64
+rewards, which may change the last bits of training.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import gymnasium as gym
+
+from shmvec.bench.backends import check_backend, make_vec_env
+from shmvec.bench.envs import check_env_name, env_factory
+from shmvec.bench.policy import algo_class, parse_policy
+
+# Backends that must train identically to DummyVecEnv for the same seed.
+EQUIVALENT = ("dummy", "shm")
+# The async adapter is not an SB3 VecEnv: SB3 cannot train on it.
+_NOT_TRAINABLE = ("async",)
+
+
+@dataclass
+class TrainRun:
+    """One training run."""
+
+    backend: str
+    seed: int
+    wall_s: float
+    mean_return: float | None  # None: no episode finished
+    episodes: int
+    params_sha256: str
+
+
+@dataclass
+class TrainResult:
+    """All runs, and for each backend whether its parameters equal DummyVecEnv's per seed."""
+
+    env: str
+    policy: str
+    n_envs: int
+    total_steps: int
+    seeds: list[int]
+    runs: list[TrainRun] = field(default_factory=list)
+
+    def by_backend(self) -> dict[str, list[TrainRun]]:
+        out: dict[str, list[TrainRun]] = {}
+        for r in self.runs:
+            out.setdefault(r.backend, []).append(r)
+        return out
+
+    def identical_to(self, reference: str = "dummy") -> dict[str, list[bool]]:
+        """Per backend, per seed: parameters identical to ``reference``'s (empty if not run)."""
+        runs = self.by_backend()
+        if reference not in runs:
+            return {}
+        ref = {r.seed: r.params_sha256 for r in runs[reference]}
+        return {b: [ref[r.seed] == r.params_sha256 for r in rs] for b, rs in runs.items() if b != reference}
+
+    def problems(self) -> list[str]:
+        """Equivalent backends whose parameters differ from DummyVecEnv's."""
+        return [
+            f"{b} parameters differ from dummy for {same.count(False)} of {len(same)} seeds"
+            for b, same in self.identical_to().items()
+            if b in EQUIVALENT and not all(same)
+        ]
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["identical_to_dummy"] = self.identical_to()
+        d["problems"] = self.problems()
+        return d
+
+    def table(self) -> str:
+        """Plain-text summary, one row per backend."""
+        same = self.identical_to()
+        lines = [
+            f"{self.env}, {self.policy}, {self.n_envs} envs, {self.total_steps:,} env steps, "
+            f"seeds {self.seeds}",
+            f"{'backend':<10}{'wall s (median, min-max)':>28}{'mean return (median, min-max)':>34}"
+            "  params = dummy",
+        ]
+        for b, runs in self.by_backend().items():
+            walls = [r.wall_s for r in runs]
+            rets = [r.mean_return for r in runs if r.mean_return is not None]
+            ret = (
+                f"{statistics.median(rets):.2f} ({min(rets):.2f}-{max(rets):.2f})"
+                if rets
+                else "no episode ended"
+            )
+            ident = (
+                "reference"
+                if b == "dummy"
+                else (f"{sum(same[b])}/{len(same[b])} seeds" if b in same else "-")
+            )
+            wall = f"{statistics.median(walls):.1f} ({min(walls):.1f}-{max(walls):.1f})"
+            lines.append(f"{b:<10}{wall:>28}{ret:>34}  {ident}")
+        lines += [f"PROBLEM: {p}" for p in self.problems()]
+        return "\n".join(lines) + "\n"
+
+
+def _algo_kwargs(algo: str, n_envs: int, total_steps: int) -> dict[str, Any]:
+    # Short runs: rollouts small enough that several updates happen within total_steps.
+    if algo == "ppo":
+        n_steps = max(8, min(128, total_steps // (4 * n_envs)))
+        return {"n_steps": n_steps, "batch_size": max(8, n_steps * n_envs // 4), "n_epochs": 2}
+    if algo == "dqn":
+        return {"buffer_size": max(100, total_steps), "learning_starts": min(100, total_steps // 4)}
+    return {}
+
+
+def _monitored(env_fn: Callable[[], gym.Env]) -> gym.Env:
+    from stable_baselines3.common.monitor import Monitor
+
+    return Monitor(env_fn())
+
+
+def _params_hash(model: Any) -> str:
+    h = hashlib.sha256()
+    for name, tensor in sorted(model.policy.state_dict().items()):
+        h.update(name.encode())
+        h.update(tensor.detach().cpu().numpy().tobytes())
+    return h.hexdigest()
+
+
+def train(
+    env: str,
+    backends: Sequence[str] = ("dummy", "subproc", "shm"),
+    policy: str = "ppo:CnnPolicy",
+    n_envs: int = 4,
+    total_steps: int = 2048,
+    seeds: Sequence[int] = (0, 1, 2),
+    start_method: str = "fork",
+    progress: Callable[[str], None] | None = None,
+    env_kwargs: dict[str, Any] | None = None,
+) -> TrainResult:
+    """Train ``policy`` for ``total_steps`` env steps with each backend and seed (interleaved).
+
+    :raises ValueError: for a bad env, backend, policy or count.
+    """
+    parsed = parse_policy(policy)
+    if parsed is None:
+        raise ValueError("--train needs a policy such as ppo:CnnPolicy, not 'none'")
+    algo, policy_name = parsed
+    for b in backends:
+        check_backend(b)
+        if b in _NOT_TRAINABLE:
+            raise ValueError(f"backend {b!r} is not an SB3 VecEnv and cannot be trained on")
+    if n_envs < 1 or total_steps < 1 or not seeds:
+        raise ValueError("--train needs n_envs >= 1, total steps >= 1 and at least one seed")
+    check_env_name(env, **(env_kwargs or {}))
+    fn = functools.partial(_monitored, env_factory(env, **(env_kwargs or {})))
+    result = TrainResult(env, policy, n_envs, total_steps, list(seeds))
+    kwargs = _algo_kwargs(algo, n_envs, total_steps)
+    for seed in seeds:
+        for b in backends:
+            venv = make_vec_env(b, [fn] * n_envs, None, start_method)
+            try:
+                venv.seed(seed)
+                start = time.perf_counter()
+                model = algo_class(algo)(policy_name, venv, seed=seed, device="cpu", **kwargs)
+                model.learn(total_steps)
+                wall = time.perf_counter() - start
+            finally:
+                venv.close()
+            rets = [ep["r"] for ep in model.ep_info_buffer or []]
+            run = TrainRun(
+                b, seed, wall, statistics.fmean(rets) if rets else None, len(rets), _params_hash(model)
+            )
+            result.runs.append(run)
+            if progress:
+                progress(f"seed {seed} {b}: {wall:.1f} s, mean return {run.mean_return}")
+    return result

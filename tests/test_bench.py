@@ -1,0 +1,169 @@
+"""``shmvec bench`` end to end on a tiny env, its breakdown, its errors, and the README results block.
+
+Nothing here asserts on speed: the machines are shared and noisy. Budgets are fractions of a second.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import fields
+from pathlib import Path
+
+import pytest
+
+from shmvec.bench import report
+from shmvec.bench.runner import BenchSpec, Sample, run
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY = "tests.envs:make_small_synthetic"
+# The timers around policy, step_async and step_wait must cover the measured loop to within this
+# fraction of the step time (the rest is the loop's own overhead: a few perf_counter calls).
+BREAKDOWN_TOLERANCE = 0.10
+
+
+def _bench(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run(
+        [sys.executable, "-m", "shmvec", "bench", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+        env=env,
+    )
+
+
+def test_cli_end_to_end(tmp_path):
+    readme = tmp_path / "README.md"
+    start, end = report.README_START.format(name="r"), report.README_END.format(name="r")
+    readme.write_text(f"# x\n\n{start}\nold\n{end}\n\nafter\n")
+    out = _bench(
+        "--env", TINY, "--backends", "dummy,shm,async", "--n-envs", "1,2", "--n-workers", "1,2",
+        "--repeats", "2", "--seconds", "0.3", "--json", str(tmp_path / "r.json"),
+        "--plot", str(tmp_path / "r.png"), "--readme", str(readme),
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert "Traceback" not in out.stderr
+
+    data = json.loads((tmp_path / "r.json").read_text())
+    assert set(data) >= {
+        "spec",
+        "machine",
+        "obs_bytes",
+        "alone",
+        "alone_cpu",
+        "points",
+        "recommendation",
+        "batch_copy_s",
+    }
+    assert set(data["batch_copy_s"]) == {"1", "2"}
+    assert data["obs_bytes"] == 16 * 16 * 3
+    assert len(data["alone"]) == 2
+    labels = [p["label"] for p in data["points"]]
+    # shm with 2 workers is only measured where there are 2 envs.
+    assert labels == [
+        "dummy n=1",
+        "dummy n=2",
+        "shm n=1 w=1",
+        "shm n=2 w=1",
+        "shm n=2 w=2",
+        "async n=1",
+        "async n=2",
+    ]
+    sample_fields = {f.name for f in fields(Sample)}
+    for p in data["points"]:
+        assert len(p["samples"]) == 2
+        for s in p["samples"]:
+            assert set(s) == sample_fields
+            assert s["steps_per_s"] > 0 and s["batch_steps"] > 0 and s["startup_s"] > 0
+            assert s["pss_bytes"] > 0 and s["rss_bytes"] >= s["pss_bytes"] * 0.5
+        summary = p["steps_per_s"]
+        assert summary["ci_low"] <= summary["median"] <= summary["ci_high"]
+        assert p["ceiling"] > 0
+        assert set(p["breakdown"]) == {"env_s", "ipc_s", "copy_s", "policy_s", "send_s", "unattributed_s"}
+    shm = next(p for p in data["points"] if p["label"] == "shm n=2 w=2")
+    assert all(s["processes"] == 2 and s["shm_bytes"] > 0 for s in shm["samples"])
+
+    rec = data["recommendation"]
+    assert rec["best"] in labels
+    best = max(data["points"], key=lambda p: p["steps_per_s"]["median"])
+    assert rec["best"] == best["label"]
+    assert rec["best"] in rec["text"] and rec["runner_up"] in rec["text"]
+    assert rec["best"] in out.stdout  # the table and the recommendation are printed
+
+    assert (tmp_path / "r.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    text = readme.read_text()
+    assert "old" not in text and "after" in text and "| dummy n=1 |" in text and "r.png" in text
+
+    # Reporting again from the JSON gives the same README block, without measuring.
+    readme2 = tmp_path / "README2.md"
+    readme2.write_text(f"{start}\n{end}\n")
+    again = _bench(
+        "--from-json", str(tmp_path / "r.json"), "--readme", str(readme2), "--plot", str(tmp_path / "r.png")
+    )
+    assert again.returncode == 0, again.stderr
+    assert report.readme_block(readme2, "r") == report.readme_block(readme, "r")
+
+
+def test_breakdown_adds_up_to_the_step_time():
+    spec = BenchSpec(env=TINY, backends=("dummy", "subproc", "shm"), n_envs=(2,), repeats=1, seconds=0.4)
+    result = run(spec)
+    for p in result.points:
+        for s in p.samples:
+            parts = {k: getattr(s, k) for k in ("policy_s", "send_s", "env_s", "copy_s", "ipc_s")}
+            assert all(v >= 0 for v in parts.values()), (p.config.label, parts)
+            assert s.env_s + s.copy_s + s.ipc_s == pytest.approx(s.wait_s, rel=1e-9)
+            assert s.step_s == pytest.approx(s.wall_s / s.batch_steps)
+            assert s.steps_per_s == pytest.approx(p.config.n_envs / s.step_s)
+            attributed = sum(parts.values())
+            assert abs(s.step_s - attributed) <= BREAKDOWN_TOLERANCE * s.step_s, (p.config.label, s)
+            assert s.unattributed_s == pytest.approx(s.step_s - attributed, abs=1e-9)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--env", "NoSuchEnv-v0"], "cannot create env 'NoSuchEnv-v0'"),
+        (["--env", TINY, "--backends", "dummy,nope"], "unknown backend 'nope'"),
+        (["--env", TINY, "--n-envs", "0,2"], "n_envs must be >= 1"),
+        (["--env", TINY, "--n-envs", "two"], "--n-envs must be comma-separated integers"),
+        (["--env", "tests.envs:make_broken_env"], "RuntimeError: this factory is broken"),
+        (["--env", "tests.envs:no_such_factory"], "AttributeError"),
+        (["--env", TINY, "--policy", "sac"], "policy must be 'none' or ALGO:POLICY"),
+        (["--env", TINY, "--train", "--backends", "async"], "cannot be trained on"),
+        (["--from-json", "/nonexistent.json"], "cannot read results"),
+        (["--env", TINY, "--env-kwargs", "[1]"], "--env-kwargs must be a JSON object"),
+        (["--env", TINY, "--readme", "README.md"], "--readme needs --json or --from-json"),
+    ],
+)
+def test_bad_input_is_one_line_and_nonzero(args, message):
+    out = _bench(*args, "--repeats", "1", "--seconds", "0.1", timeout=120)
+    assert out.returncode != 0
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1, out.stderr
+    assert lines[0].startswith("shmvec bench: error: ") and message in lines[0], lines[0]
+
+
+def test_train_dummy_and_shm_learn_identical_parameters():
+    from shmvec.bench.train import train
+
+    result = train(
+        "tests.envs:TinyImageEnv", ("dummy", "shm"), "ppo:CnnPolicy", n_envs=2, total_steps=64, seeds=(0,)
+    )
+    assert result.identical_to() == {"shm": [True]}
+    assert result.problems() == []
+    assert [r.backend for r in result.runs] == ["dummy", "shm"]
+    assert "1/1 seeds" in result.table()
+
+
+@pytest.mark.parametrize("name", ["pong", "synth512_1ms"])
+def test_readme_results_are_rendered_from_the_committed_json(name):
+    results = ROOT / "benchmarks" / "results" / f"{name}.json"
+    block = report.markdown(report.read_json(results), f"benchmarks/results/{name}.png")
+    assert report.readme_block(ROOT / "README.md", name) == block, (
+        "README results block is stale: run the commands in README's Results section"
+    )
+    assert (ROOT / "benchmarks" / "results" / f"{name}.png").exists()
