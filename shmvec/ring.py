@@ -159,7 +159,12 @@ class Ring:
         # live arrays (a segfault for copy=False users). This mapping is unmapped only when the last
         # array referencing it is garbage collected.
         self._mm: mmap.mmap | None = mmap.mmap(shm._fd, spec.size)  # type: ignore[attr-defined]
-        self._fields = {f.name: f for f in spec.fields}
+        fields = {f.name: f for f in spec.fields}
+        # Per observation leaf: one slot's shape, dtype, first byte and size (lend_obs is per step).
+        self._lend_plan = [
+            None if f is None else (f.shape[1:], np.dtype(f.dtype), f.offset, f.nbytes // spec.n_slots)
+            for f in (fields.get(f"obs{j}") for j in range(spec.n_obs_leaves))
+        ]
         base = np.frombuffer(self._mm, dtype=np.uint8)
         self.views: dict[str, np.ndarray] = {
             f.name: base[f.offset : f.offset + f.nbytes].view(np.dtype(f.dtype)).reshape(f.shape)
@@ -207,10 +212,10 @@ class Ring:
         reference *it*: while its reference count is above what the lender holds, someone can still
         read the slot, and the slot must not be written.
         """
-        f = self._fields[f"obs{leaf_index}"]
-        slot_bytes = f.nbytes // self.spec.n_slots
-        offset = f.offset + slot * slot_bytes
-        return np.ndarray(f.shape[1:], np.dtype(f.dtype), buffer=self._mm, offset=offset)
+        plan = self._lend_plan[leaf_index]
+        assert plan is not None, "an encoded leaf has no raw slots to lend"
+        shape, dtype, offset, slot_bytes = plan
+        return np.ndarray(shape, dtype, buffer=self._mm, offset=offset + slot * slot_bytes)
 
     @property
     def nbytes(self) -> int:
