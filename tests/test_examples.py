@@ -15,6 +15,7 @@ EXAMPLES = {
     "ppo_atari.py": ["--n-envs", "2", "--steps", "256"],
     "dqn_atari.py": ["--n-envs", "2", "--steps", "300"],
     "camera_env_ppo.py": ["--n-envs", "2", "--size", "64", "--steps", "256"],
+    "codec_fidelity.py": ["--frames", "40", "--n-envs", "2", "--steps", "256"],
     "start_method.py": [],
     "start_method.py --no-guard": ["--no-guard"],
 }
