@@ -17,7 +17,6 @@ Not part of the test run; it prints one table and a verdict, and exits 1 if anyt
 from __future__ import annotations
 
 import argparse
-import ctypes
 import gc
 import logging
 import os
@@ -33,6 +32,7 @@ from gymnasium import spaces
 
 from shmvec import ShmVecEnv
 from shmvec.ring import SEGMENT_PREFIX
+from shmvec.synthetic import misbehave
 
 FAULTS = ("kill", "segv", "abort", "exit", "raise", "hang")
 
@@ -57,16 +57,7 @@ class SoakEnv(gym.Env):
     def step(self, action):
         if self.fault is not None:
             fault, self.fault = self.fault, None
-            if fault == "segv":
-                ctypes.string_at(0)
-            elif fault == "abort":
-                os.abort()
-            elif fault == "exit":
-                os._exit(3)
-            elif fault == "raise":
-                raise RuntimeError("injected fault")
-            elif fault == "hang":
-                time.sleep(3600)
+            misbehave(fault)
         self.t += 1
         self.frame[self.t % self.frame.shape[0]] += np.uint8(1 + int(action))
         done = self.t >= 200

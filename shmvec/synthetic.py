@@ -9,6 +9,8 @@ compared array for array.
 
 from __future__ import annotations
 
+import ctypes
+import os
 import time
 from typing import Any
 
@@ -152,3 +154,25 @@ def _smooth_upsample(coarse: np.ndarray, cell: int, h: int, w: int) -> np.ndarra
         lower = np.take(csum, range(0, n), axis=axis)
         out = ((upper - lower) / cell).astype(np.float32)
     return out[:h, :w]
+
+
+def misbehave(fault: str) -> None:
+    """Fail the way a real env can, for fault-injection tests and the soak benchmark.
+
+    :param fault: ``kill`` (SIGKILL, like the OOM killer), ``segv`` (a segfault in native code),
+        ``abort``, ``exit`` (``os._exit(3)``), ``raise`` (RuntimeError) or ``hang`` (sleeps an hour).
+    """
+    if fault == "kill":
+        os.kill(os.getpid(), 9)
+    elif fault == "segv":
+        ctypes.string_at(0)
+    elif fault == "abort":
+        os.abort()
+    elif fault == "exit":
+        os._exit(3)
+    elif fault == "raise":
+        raise RuntimeError("simulated env failure")
+    elif fault == "hang":
+        time.sleep(3600)
+    else:
+        raise ValueError(f"unknown fault {fault!r}")

@@ -12,6 +12,8 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from shmvec.synthetic import misbehave
+
 
 class DictImageEnv(gym.Env):
     """Dict observation (image + vector + Discrete), returned in a different key order than the space,
@@ -213,27 +215,6 @@ class GoalEnv(gym.Env):
         self.pos = np.clip(self.pos + action, -1, 1).astype(np.float32)
         reward = float(self.compute_reward(self.pos, self.goal, {}))
         return self._obs(), reward, reward == 0.0, self.t >= 10, {}
-
-
-def misbehave(fault: str) -> None:
-    """Fail the way a real env can: ``kill`` (SIGKILL, e.g. the OOM killer), ``segv`` (a segfault in
-    native code), ``abort``, ``exit`` (``os._exit(3)``), ``raise`` or ``hang``."""
-    if fault == "kill":
-        os.kill(os.getpid(), 9)
-    elif fault == "segv":
-        import ctypes
-
-        ctypes.string_at(0)
-    elif fault == "abort":
-        os.abort()
-    elif fault == "exit":
-        os._exit(3)
-    elif fault == "raise":
-        raise RuntimeError("simulated env failure")
-    elif fault == "hang":
-        time.sleep(3600)
-    else:
-        raise ValueError(f"unknown fault {fault!r}")
 
 
 class FaultyEnv(gym.Env):

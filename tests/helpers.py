@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -56,3 +61,19 @@ def sample_actions(space, n: int, rng: np.random.Generator) -> np.ndarray:
     """A batch of actions shaped and typed the way SB3 sends them for this action space."""
     space.seed(int(rng.integers(1 << 31)))
     return np.array([space.sample() for _ in range(n)])
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_script(path: Path, source: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """Write ``source`` (dedented) to ``path`` and run it as a user would: a fresh interpreter with
+    the repository importable. A file, not ``python -c``: spawn workers re-import main files."""
+    path.write_text(textwrap.dedent(source))
+    return subprocess.run(
+        [sys.executable, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )

@@ -3,10 +3,6 @@
 from __future__ import annotations
 
 import functools
-import os
-import subprocess
-import sys
-import textwrap
 import threading
 
 import gymnasium as gym
@@ -25,6 +21,7 @@ from shmvec import (
 from shmvec.ring import check_free_space
 from shmvec.synthetic import SyntheticImageEnv
 from tests.envs import BadObsEnv, DictImageEnv, SlowStepEnv
+from tests.helpers import run_script
 
 IMAGE = functools.partial(SyntheticImageEnv, (16, 16, 3))
 
@@ -136,24 +133,14 @@ def test_workers_use_one_thread_and_no_torch(no_leaks):
 
 
 def test_missing_main_guard_gets_a_hint(tmp_path):
-    script = tmp_path / "no_guard.py"
-    script.write_text(
-        textwrap.dedent(
-            """
+    proc = run_script(
+        tmp_path / "no_guard.py",
+        """
         from shmvec import ShmVecEnv
         from shmvec.synthetic import SyntheticImageEnv
         env = ShmVecEnv([SyntheticImageEnv], "spawn")
         env.close()
-        """
-        )
-    )
-    root = os.path.dirname(os.path.dirname(__file__))
-    proc = subprocess.run(
-        [sys.executable, str(script)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "PYTHONPATH": root},
+        """,
     )
     assert proc.returncode != 0
     assert "WorkerCrashedError" in proc.stderr

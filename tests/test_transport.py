@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import functools
 import os
-import subprocess
-import sys
-import textwrap
 from multiprocessing import connection
 
 import numpy as np
@@ -15,6 +12,7 @@ import pytest
 from shmvec import ShmVecEnv
 from shmvec.synthetic import SyntheticImageEnv
 from tests.envs import DictImageEnv
+from tests.helpers import run_script
 
 
 @pytest.fixture
@@ -67,10 +65,9 @@ def test_workers_run_one_blas_thread_even_with_fork(no_leaks):
 
 def test_clean_exit_prints_nothing(tmp_path):
     """No resource_tracker warning or other noise from a normal run, closed or not."""
-    script = tmp_path / "run.py"
-    script.write_text(
-        textwrap.dedent(
-            """
+    proc = run_script(
+        tmp_path / "run.py",
+        """
         import numpy as np
         from shmvec import ShmVecEnv
         from shmvec.synthetic import SyntheticImageEnv
@@ -80,16 +77,7 @@ def test_clean_exit_prints_nothing(tmp_path):
             closed.reset(); closed.step(np.zeros(2, np.int64)); closed.close()
             forgotten = ShmVecEnv([SyntheticImageEnv] * 2, "fork")
             forgotten.reset()
-        """
-        )
-    )
-    root = os.path.dirname(os.path.dirname(__file__))
-    proc = subprocess.run(
-        [sys.executable, str(script)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "PYTHONPATH": root},
+        """,
     )
     assert proc.returncode == 0
     assert proc.stderr == ""
