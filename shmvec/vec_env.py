@@ -306,7 +306,6 @@ class ShmVecEnv(VecEnv):
         # Arrays lent to the caller from each slot (copy=True); see _next_slot.
         self._lent: list[list[np.ndarray]] = [[] for _ in range(n_slots)]
         self.copy_fallbacks = 0  # batches copied because no slot could be lent (diagnostic)
-        self._command = "start"
         try:
             obs_space, act_space = self._start(ctx, env_fns, worker_threads)
             self._obs_leaves: list[Leaf] = leaves(obs_space)
@@ -481,7 +480,6 @@ class ShmVecEnv(VecEnv):
         """
         workers = list(range(self.n_workers)) if workers is None else list(workers)
         label = label or cmd
-        self._command = label
         for w, payload in zip(workers, payloads):
             self._send_as(w, cmd, payload, label)
         return self._gather(workers, label)
@@ -738,7 +736,6 @@ class ShmVecEnv(VecEnv):
             np.copyto(ring_actions, actions)
         slot = self._next_slot()
         payloads = [(slot, None if in_ring else actions[g.start : g.stop]) for g in self.worker_envs]
-        self._command = "step"
         # Restart mode: a worker rebuilt since the last step has fresh envs that are not reset yet;
         # step_wait resets them instead of stepping them (see _gather_step).
         self._stepping = [w for w in range(self.n_workers) if w not in self._needs_reset]

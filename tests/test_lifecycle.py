@@ -20,6 +20,7 @@ from shmvec import ClosedError, EnvError, ShmVecEnv, WorkerCrashedError
 from shmvec.synthetic import SyntheticImageEnv
 from tests.conftest import shm_segments
 from tests.envs import DictImageEnv, SlowStepEnv
+from tests.helpers import ROOT
 
 IMAGE = functools.partial(SyntheticImageEnv, (32, 32, 3))
 ACTIONS = np.zeros(4, np.int64)
@@ -148,8 +149,8 @@ def _start_script(tmp_path, method: str = "fork") -> tuple[subprocess.Popen, lis
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        cwd=os.path.dirname(os.path.dirname(__file__)),
-        env={**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(__file__))},
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     assert proc.stdout is not None
     pids = [int(p) for p in proc.stdout.readline().split()]
