@@ -40,6 +40,7 @@ from shmvec.errors import (
     WorkerCrashedError,
 )
 from shmvec.layout import Leaf, leaves, unflatten
+from shmvec.openmp import OpenMPPauser
 from shmvec.protocol import RemoteError
 from shmvec.restart import (
     ON_CRASH_MODES,
@@ -218,6 +219,10 @@ class ShmVecEnv(VecEnv):
         in a float Box leaf, or +/-inf in one whose bounds are all finite: an :class:`EnvError` caused by
         :class:`ObservationError` naming env and key (in restart mode the worker is restarted). Off by
         default: it reads every float observation once more per step.
+    :param pause_openmp: after sending each step, end the idle OpenMP threads of the calling thread
+        (PyTorch's intra-op pool on Linux) so that their spin-wait does not take a core the workers
+        need; the policy's next forward pass starts them again. Default True; see
+        :mod:`shmvec.openmp` for the measurements.
     """
 
     def __init__(
@@ -239,6 +244,7 @@ class ShmVecEnv(VecEnv):
         max_restarts: int = 10,
         restart_window: float | None = 60.0,
         check_finite: bool = False,
+        pause_openmp: bool = True,
     ) -> None:
         self.closed = True  # until start-up succeeds, close() has nothing of ours to do
         self.waiting = False
@@ -284,6 +290,7 @@ class ShmVecEnv(VecEnv):
         self.reward_dtype = np.dtype(reward_dtype)
         self.on_crash = on_crash
         self.check_finite = check_finite
+        self._openmp = OpenMPPauser() if pause_openmp else None
         self.worker_envs: list[range] = split_envs(n_envs, n_workers)
         self._ctx: Any = ctx
         self._worker_threads = worker_threads
@@ -741,6 +748,10 @@ class ShmVecEnv(VecEnv):
         self._stepping = [w for w in range(self.n_workers) if w not in self._needs_reset]
         for w in self._stepping:
             self._send(w, "step", payloads[w])
+        if self._openmp is not None:
+            # The workers are stepping now: this thread has nothing to compute until they answer, and
+            # its OpenMP pool would spin on a core they need (see shmvec.openmp).
+            self._openmp.pause()
         self.waiting = True
 
     def step_wait(self) -> VecEnvStepReturn:
