@@ -746,12 +746,13 @@ class ShmVecEnv(VecEnv):
         # Restart mode: a worker rebuilt since the last step has fresh envs that are not reset yet;
         # step_wait resets them instead of stepping them (see _gather_step).
         self._stepping = [w for w in range(self.n_workers) if w not in self._needs_reset]
+        if self._openmp is not None:
+            # This thread has nothing to compute until the workers answer, and its OpenMP pool would
+            # spin on a core they need (see shmvec.openmp). Before sending: the pool's threads are
+            # still spinning, so they leave at once, and the workers wake up to free cores.
+            self._openmp.pause()
         for w in self._stepping:
             self._send(w, "step", payloads[w])
-        if self._openmp is not None:
-            # The workers are stepping now: this thread has nothing to compute until they answer, and
-            # its OpenMP pool would spin on a core they need (see shmvec.openmp).
-            self._openmp.pause()
         self.waiting = True
 
     def step_wait(self) -> VecEnvStepReturn:

@@ -167,3 +167,23 @@ def test_readme_results_are_rendered_from_the_committed_json(name):
         "README results block is stale: run the commands in README's Results section"
     )
     assert (ROOT / "benchmarks" / "results" / f"{name}.png").exists()
+
+
+def test_a_main_process_that_spins_while_waiting_is_named():
+    from shmvec.bench.recommend import recommend, spinning
+
+    result = report.read_json(ROOT / "benchmarks" / "results" / "pong.json")
+    assert spinning(result) == {}
+    assert "OMP_WAIT_POLICY" not in recommend(result)["text"]
+    spun = [p for p in result.points if p.config.backend == "subproc"]
+    for point in spun:
+        for sample in point.samples:
+            sample.wait_cpu_s = 0.9 * sample.wait_s  # what a policy's spinning OpenMP pool looks like
+    for point in result.points:
+        if point.config.backend == "dummy":  # an in-process backend computes while it "waits"
+            for sample in point.samples:
+                sample.wait_cpu_s = sample.wait_s
+    found = spinning(result)
+    assert sorted(found) == sorted(p.config.label for p in spun)
+    assert all(abs(cores - 0.9) < 1e-9 for cores in found.values())
+    assert "OMP_WAIT_POLICY=PASSIVE" in recommend(result)["text"]

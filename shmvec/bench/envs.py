@@ -43,6 +43,20 @@ def pong_84x84x4() -> gym.Env:
     return atari_preprocessed("ALE/Pong-v5")
 
 
+def sb3_atari(env_id: str = "PongNoFrameskip-v4") -> gym.Env:
+    """One env of SB3's Atari recipe, built as ``make_atari_env`` builds it: Monitor, then
+    AtariWrapper (no-op starts, frame skip 4 with max-pooling, episodic life, fire on reset, 84x84
+    grayscale, clipped rewards); observations (84, 84, 1) uint8
+    (``--env shmvec.bench.envs:sb3_atari``). Imports SB3, and so torch, in every worker, as the
+    recipe does."""
+    import ale_py
+    from stable_baselines3.common.atari_wrappers import AtariWrapper
+    from stable_baselines3.common.monitor import Monitor
+
+    gym.register_envs(ale_py)
+    return AtariWrapper(Monitor(gym.make(env_id)))
+
+
 def env_factory(name: str, **kwargs: Any) -> Callable[[], gym.Env]:
     """A picklable zero-argument factory for ``name`` (gymnasium id or ``module:factory``)."""
     if ":" in name and "/" not in name.split(":", 1)[0]:

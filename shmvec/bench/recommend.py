@@ -14,6 +14,8 @@ if TYPE_CHECKING:
 _BOUND_SHARE = 0.5
 # The tree is "saturating the CPUs" above this fraction of the usable cores.
 _SATURATED = 0.8
+# A main process that uses more than this many cores while it waits for its workers is spinning.
+_SPINNING_CORES = 0.5
 
 
 def shares(point: Point) -> dict[str, float]:
@@ -71,6 +73,23 @@ def _bound(result: BenchResult, point: Point, sh: dict[str, float]) -> tuple[str
             "worker processes could use the idle CPUs"
         )
     return "env", f"env-bound ({busy:.1f} of {cpus} CPUs busy)"
+
+
+def spinning(result: BenchResult) -> dict[str, float]:
+    """Process backends whose main process burned more than half a core while waiting for its workers,
+    with the cores it burned (``wait_cpu_s / wait_s``, median over repeats), by configuration label.
+
+    Waiting should cost nothing; with a policy in the loop, what burns is the policy's OpenMP threads
+    spinning after the forward pass (see :mod:`shmvec.openmp`), on the cores the workers need.
+    """
+    out = {}
+    for p in result.points:
+        wait = p.median("wait_s")
+        if p.median("processes") > 0 and wait > 0:
+            cores = p.median("wait_cpu_s") / wait
+            if cores > _SPINNING_CORES:
+                out[p.config.label] = cores
+    return out
 
 
 def recommend(result: BenchResult) -> dict[str, Any]:
@@ -132,6 +151,17 @@ def recommend(result: BenchResult) -> dict[str, Any]:
         text.append(
             f" It reaches {out['ceiling_fraction']:.0%} of the ceiling ({ceiling:,.0f} steps/s = "
             f"{result.ceiling_rule()})."
+        )
+    spin = spinning(result)
+    if spin:
+        out["spinning"] = spin
+        worst = max(spin, key=spin.__getitem__)
+        text.append(
+            f" While waiting for its workers the main process kept {spin[worst]:.1f} cores busy with "
+            f"{worst}{f' and {len(spin) - 1} other configurations' if len(spin) > 1 else ''}: the "
+            "policy's OpenMP threads spin after each forward pass on the cores the workers need. "
+            "ShmVecEnv pauses them (pause_openmp=True, the default); for other VecEnvs set "
+            "OMP_WAIT_POLICY=PASSIVE before torch is imported."
         )
     disturbed = [p.config.label for p in result.points if p.disturbed]
     if disturbed:

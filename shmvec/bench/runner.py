@@ -88,6 +88,9 @@ class Sample:
     shm_bytes: int  # named /dev/shm segments the backend created
     startup_s: float  # construction + first reset
     processes: int  # worker processes
+    # CPU time of the main process (all its threads) during step_wait, per batch step: near 0 when it
+    # only waits; near wait_s or above when its threads spin (e.g. a policy's OpenMP pool).
+    wait_cpu_s: float = 0.0
 
 
 @dataclass
@@ -382,7 +385,7 @@ def _measure(
             obs = venv.step_wait()[0]
             k += 1
         cpu0 = system.cpu_snapshot(procs)
-        policy = send = wait = 0.0
+        policy = send = wait = wait_cpu = 0.0
         steps = 0
         start = time.perf_counter()
         while True:
@@ -391,8 +394,10 @@ def _measure(
             b = time.perf_counter()
             venv.step_async(actions)
             c = time.perf_counter()
+            c_cpu = time.process_time()
             obs = venv.step_wait()[0]
             d = time.perf_counter()
+            wait_cpu += time.process_time() - c_cpu
             policy += b - a
             send += c - b
             wait += d - c
@@ -427,6 +432,7 @@ def _measure(
         shm_bytes=shm_bytes,
         startup_s=startup_s,
         processes=len(procs),
+        wait_cpu_s=wait_cpu * per,
     )
 
 
