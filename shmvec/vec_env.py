@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import multiprocessing as mp
@@ -39,6 +40,7 @@ from shmvec.errors import (
     ShmVecEnvError,
     WorkerCrashedError,
 )
+from shmvec.frame_stack import ChannelsOrder, stacked_factory
 from shmvec.layout import Leaf, leaves, unflatten
 from shmvec.openmp import OpenMPPauser
 from shmvec.protocol import RemoteError
@@ -223,6 +225,13 @@ class ShmVecEnv(VecEnv):
         (PyTorch's intra-op pool on Linux) so that their spin-wait does not take a core the workers
         need; the policy's next forward pass starts them again. Default True; see
         :mod:`shmvec.openmp` for the measurements.
+    :param frame_stack: stack this many consecutive observations of each env in its worker, giving
+        exactly what ``VecFrameStack(venv, frame_stack)`` gives (observations, observation space and
+        ``terminal_observation``) without the main process's per-step stacking work. Default None: no
+        stacking. Box and Dict-of-Box spaces; see :mod:`shmvec.frame_stack`.
+    :param frame_stack_channels_order: as ``VecFrameStack``'s ``channels_order``: ``"first"``,
+        ``"last"``, None (default: channels first only for images whose smallest dimension is the
+        first), or a mapping from Dict key to one of those.
     """
 
     def __init__(
@@ -245,6 +254,8 @@ class ShmVecEnv(VecEnv):
         restart_window: float | None = 60.0,
         check_finite: bool = False,
         pause_openmp: bool = True,
+        frame_stack: int | None = None,
+        frame_stack_channels_order: ChannelsOrder = None,
     ) -> None:
         self.closed = True  # until start-up succeeds, close() has nothing of ours to do
         self.waiting = False
@@ -254,6 +265,14 @@ class ShmVecEnv(VecEnv):
             raise ValueError("ShmVecEnv needs at least one env factory")
         if not all(callable(fn) for fn in env_fns):
             raise TypeError("env_fns must be callables that each create an env (e.g. lambda: gym.make(id))")
+        if frame_stack is not None:
+            if isinstance(frame_stack, bool) or not isinstance(frame_stack, int) or frame_stack < 1:
+                raise ValueError(f"frame_stack must be a whole number >= 1 or None, got {frame_stack!r}")
+            # Each worker builds its envs already stacked: the main process does no stacking work.
+            env_fns = [
+                functools.partial(stacked_factory, fn, frame_stack, frame_stack_channels_order)
+                for fn in env_fns
+            ]
         if n_workers is None:
             n_workers = min(n_envs, usable_cpus())
         if not 1 <= n_workers <= n_envs:
