@@ -1,0 +1,169 @@
+"""SB3's Atari recipe with the policy in the loop: what training's rollout collection does.
+
+    python benchmarks/policy_loop.py --json benchmarks/results/policy_loop.json
+
+``make_atari_env("PongNoFrameskip-v4", n_envs=8)`` + 4 stacked frames, PPO ``CnnPolicy.predict`` on
+CPU then ``step``, for each VecEnv below, interleaved over ``--rounds`` rounds of ``--batches``
+batch steps after a warm-up. Prints env steps/s (median, 95% CI, each round), the policy's and the
+env's milliseconds per batch step and the main process's CPU per batch step, then the ratios.
+
+Configurations (``--configs``, comma-separated):
+
+- ``dummy``: ``VecFrameStack(DummyVecEnv)``, SB3's in-process reference;
+- ``subproc``: ``VecFrameStack(SubprocVecEnv)`` (fork);
+- ``shm``: ``VecFrameStack(ShmVecEnv)`` (fork), defaults;
+- ``shm-stack``: ``ShmVecEnv(frame_stack=4)``, stacking in the workers;
+- ``shm-spin``: ``shm`` with ``pause_openmp=False``: what the policy's spinning OpenMP threads cost.
+
+``--actions random`` replaces ``predict`` with presampled random actions. The README's "With the
+policy in the loop" table is rendered from the JSON by ``--from-json ... --markdown``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+CONFIGS = ("dummy", "subproc", "shm", "shm-stack", "shm-spin")
+
+
+def make_venv(config: str, n_envs: int, n_stack: int) -> Any:
+    from stable_baselines3.common.env_util import make_atari_env
+    from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecFrameStack
+
+    from shmvec import ShmVecEnv
+
+    cls: Any = {"dummy": DummyVecEnv, "subproc": SubprocVecEnv}.get(config, ShmVecEnv)
+    kwargs: dict[str, Any] = {} if config == "dummy" else {"start_method": "fork"}
+    if config == "shm-stack":
+        kwargs["frame_stack"] = n_stack
+    if config == "shm-spin":
+        kwargs["pause_openmp"] = False
+    venv = make_atari_env("PongNoFrameskip-v4", n_envs=n_envs, seed=0, vec_env_cls=cls, vec_env_kwargs=kwargs)
+    return venv if config == "shm-stack" else VecFrameStack(venv, n_stack)
+
+
+def measure(config: str, model: Any, args: argparse.Namespace) -> dict[str, float]:
+    """One round of one configuration: figures per batch step."""
+    venv = make_venv(config, args.n_envs, args.n_stack)
+    try:
+        venv.action_space.seed(0)
+        randoms = [np.array([venv.action_space.sample() for _ in range(args.n_envs)]) for _ in range(64)]
+        obs = venv.reset()
+        policy = env = 0.0
+        for k in range(args.warmup + args.batches):
+            if k == args.warmup:
+                policy = env = 0.0
+                start, cpu0 = time.perf_counter(), time.process_time()
+            a = time.perf_counter()
+            if args.actions == "random":
+                actions = randoms[k % 64]
+            else:
+                actions, _ = model.policy.predict(obs, deterministic=False)
+            b = time.perf_counter()
+            obs = venv.step(actions)[0]
+            env += time.perf_counter() - b
+            policy += b - a
+        wall = time.perf_counter() - start
+        cpu = time.process_time() - cpu0
+    finally:
+        venv.close()
+    n = args.batches
+    return {
+        "steps_per_s": n * args.n_envs / wall,
+        "policy_ms": policy / n * 1e3,
+        "env_ms": env / n * 1e3,
+        "main_cpu_ms": cpu / n * 1e3,
+    }
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    import ale_py
+    import gymnasium as gym
+    import torch
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.env_util import make_atari_env
+    from stable_baselines3.common.vec_env import VecFrameStack
+
+    gym.register_envs(ale_py)
+    probe = VecFrameStack(make_atari_env("PongNoFrameskip-v4", n_envs=1, seed=0), args.n_stack)
+    model = PPO("CnnPolicy", probe, seed=0, device="cpu")
+    probe.close()
+    rounds: dict[str, list[dict[str, float]]] = {c: [] for c in args.configs}
+    for r in range(args.rounds):
+        # Each round in a different order, so a slow phase of the machine does not hit one config.
+        order = args.configs[r % len(args.configs) :] + args.configs[: r % len(args.configs)]
+        for config in order:
+            rounds[config].append(measure(config, model, args))
+            print(f"round {r + 1} {config}: {rounds[config][-1]['steps_per_s']:,.0f} env steps/s", flush=True)
+    return {
+        "spec": {k: v for k, v in vars(args).items() if k not in ("json", "from_json", "markdown")},
+        "torch_threads": torch.get_num_threads(),
+        "rounds": rounds,
+    }
+
+
+def markdown(result: dict[str, Any]) -> str:
+    """The README table: median and 95% CI of env steps/s, ms per batch step, ratios to dummy."""
+    from shmvec.bench.stats import summarize
+
+    rounds = result["rounds"]
+    med = {c: summarize([x["steps_per_s"] for x in rs]) for c, rs in rounds.items()}
+    lines = [
+        "| VecEnv | env steps/s | 95% CI | policy ms | env ms | main CPU ms | vs dummy | vs subproc |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for c, rs in rounds.items():
+        s = med[c]
+
+        def ms(key: str, rs: list[dict[str, float]] = rs) -> str:
+            return f"{float(np.median([x[key] for x in rs])):.2f}"
+
+        vs = [f"{s.median / med[ref].median:.2f}x" if ref in med else "-" for ref in ("dummy", "subproc")]
+        lines.append(
+            f"| {c} | {s.median:,.0f} | {s.ci_low:,.0f}-{s.ci_high:,.0f} | {ms('policy_ms')} | "
+            f"{ms('env_ms')} | {ms('main_cpu_ms')} | {vs[0]} | {vs[1]} |"
+        )
+    spec = result["spec"]
+    lines.append(
+        f"\n{spec['rounds']} interleaved rounds of {spec['batches']} batch steps, n_envs={spec['n_envs']}, "
+        f"actions: {spec['actions']}, torch threads {result['torch_threads']}."
+    )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
+    parser.add_argument("--configs", default=",".join(CONFIGS), help=f"comma-separated, from {CONFIGS}")
+    parser.add_argument("--n-envs", type=int, default=8)
+    parser.add_argument("--n-stack", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--batches", type=int, default=300, help="measured batch steps per round")
+    parser.add_argument("--warmup", type=int, default=30, help="batch steps before measuring")
+    parser.add_argument("--actions", choices=("policy", "random"), default="policy")
+    parser.add_argument("--json", type=Path, default=None, help="write the raw figures here")
+    parser.add_argument("--from-json", type=Path, default=None, help="measure nothing; report this JSON")
+    parser.add_argument("--markdown", action="store_true", help="print the README table only")
+    args = parser.parse_args()
+    args.configs = [c for c in args.configs.split(",") if c]
+    unknown = set(args.configs) - set(CONFIGS)
+    if unknown:
+        parser.error(f"unknown configs {sorted(unknown)}; choose from {CONFIGS}")
+    if args.from_json:
+        result = json.loads(args.from_json.read_text())
+    else:
+        result = run(args)
+        if args.json:
+            args.json.write_text(json.dumps(result, indent=1) + "\n")
+    print(markdown(result))
+
+
+if __name__ == "__main__":
+    main()
