@@ -14,6 +14,7 @@ EXAMPLES = {
     "ppo_atari.py": ["--n-envs", "2", "--steps", "256"],
     "dqn_atari.py": ["--n-envs", "2", "--steps", "300"],
     "camera_env_ppo.py": ["--n-envs", "2", "--size", "64", "--steps", "256"],
+    "cleanrl_ppo_atari.py": "--vec shm --num-envs 2 --num-steps 64 --total-timesteps 256".split(),
     "codec_fidelity.py": ["--frames", "40", "--n-envs", "2", "--steps", "256"],
     "start_method.py": [],
     "start_method.py --no-guard": ["--no-guard"],
