@@ -49,7 +49,8 @@ class EnvError(ShmVecEnvError):
     (their results are dropped), the failing one and those after it have not, and the other workers'
     envs have stepped: reset before stepping again. (With ``on_crash="restart"`` an exception in
     ``step``/``reset`` restarts the worker instead of raising.) The original exception is chained as
-    ``__cause__`` when it could be pickled.
+    ``__cause__`` when it could be pickled, and the error is then also an instance of its type
+    (see :meth:`like`): ``except AttributeError`` catches a missing attribute as it would in-process.
 
     :param env_index: index of the env that raised (``None`` if the error was not tied to one env).
     :param command: the command that was running, e.g. ``"step"``, ``"reset"``, ``"env_method:foo"``.
@@ -83,6 +84,37 @@ class EnvError(ShmVecEnvError):
 
     def __str__(self) -> str:
         return f"{self.args[0]}\n\nTraceback in the worker:\n{self.remote_traceback}"
+
+    @classmethod
+    def like(cls, kind: type[BaseException] | None) -> type[EnvError]:
+        """A subclass of both EnvError and ``kind`` (cached), so that ``except AttributeError:``
+        written for an in-process env still catches it; EnvError itself when ``kind`` is not an
+        ``Exception`` or cannot be combined with it."""
+        if kind is None or not issubclass(kind, Exception) or issubclass(kind, cls):
+            return cls
+        combined = _COMBINED.get(kind)
+        if combined is None:
+            try:
+                combined = type(f"EnvError[{kind.__name__}]", (cls, kind), {"__module__": __name__})
+            except TypeError:  # incompatible layouts (some C exception types)
+                combined = cls
+            _COMBINED[kind] = combined
+        return combined
+
+    def __reduce__(self) -> tuple:
+        # A combined class has no importable name: pickle as "EnvError like this kind".
+        kind = next((k for k, c in _COMBINED.items() if c is type(self)), None)
+        return _rebuild_env_error, (kind, self.args, self.__dict__)
+
+
+_COMBINED: dict[type[BaseException], type[EnvError]] = {}
+
+
+def _rebuild_env_error(kind: type[BaseException] | None, args: tuple, state: dict) -> EnvError:
+    error = Exception.__new__(EnvError.like(kind))
+    error.args = args
+    error.__dict__.update(state)
+    return error
 
 
 class WorkerCrashedError(ShmVecEnvError):

@@ -12,8 +12,8 @@ Commands (payload -> result):
 - ``step`` (slot, actions for this worker's envs or None = read the ring) ->
   list of ``(local_env, info, reset_info | None)`` for envs with a non-empty info or an auto-reset
 - ``reset`` (slot, seeds, options) -> list of reset infos
-- ``get_attr`` / ``has_attr`` / ``set_attr`` / ``env_method`` / ``is_wrapped`` / ``render``
-  (local env indices, ...) -> list of results
+- ``get_attr`` / ``has_attr`` / ``set_attr`` / ``env_method`` / ``call`` / ``set_wrapper_attr`` /
+  ``is_wrapped`` / ``render`` (local env indices, ...) -> list of results
 - ``close`` -> the worker exits, no reply
 """
 
@@ -42,6 +42,8 @@ class Command(str, Enum):
     HAS_ATTR = "has_attr"
     SET_ATTR = "set_attr"
     ENV_METHOD = "env_method"
+    CALL = "call"  # like env_method, but a non-callable attribute gives its value (gymnasium's call)
+    SET_WRAPPER_ATTR = "set_wrapper_attr"  # one value per env
     IS_WRAPPED = "is_wrapped"
     RENDER = "render"
     CLOSE = "close"
@@ -54,7 +56,16 @@ class Command(str, Enum):
         return self.value
 
 
-_NAMED = frozenset({Command.GET_ATTR, Command.HAS_ATTR, Command.SET_ATTR, Command.ENV_METHOD})
+_NAMED = frozenset(
+    {
+        Command.GET_ATTR,
+        Command.HAS_ATTR,
+        Command.SET_ATTR,
+        Command.ENV_METHOD,
+        Command.CALL,
+        Command.SET_WRAPPER_ATTR,
+    }
+)
 
 
 @dataclass

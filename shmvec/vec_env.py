@@ -266,14 +266,7 @@ class ShmVecEnv(VecEnv):
                 stacklevel=2,
             )
             return [None] * self.num_envs
-        engine = self._eng
-        engine.check_open()
-        groups = engine.worker_envs
-        return [
-            img
-            for images in engine.call_workers(Command.RENDER, [list(range(len(g))) for g in groups])
-            for img in images
-        ]
+        return self._eng.render_all()
 
 
 __all__ = ["ShmVecEnv", "ShmVecEnvError"]

@@ -36,7 +36,7 @@ _MODES = {
 _ENGINE_MODES = {mode: name for name, mode in _MODES.items()}
 
 
-def autoreset_mode(mode: str | AutoresetMode) -> AutoresetMode:
+def to_autoreset_mode(mode: str | AutoresetMode) -> AutoresetMode:
     """The :class:`gymnasium.vector.AutoresetMode` for an enum member, its value (``"NextStep"``) or
     one of ``"next_step"``, ``"same_step"``, ``"disabled"``.
 
@@ -94,7 +94,7 @@ class ShmVectorEnv(VectorEnv):
         restart_window: float | None = 60.0,
         check_finite: bool = False,
     ) -> None:
-        mode = globals()["autoreset_mode"](autoreset_mode)
+        mode = to_autoreset_mode(autoreset_mode)
         self._engine: Engine | None = None
         options = Options(
             n_workers=n_workers,
@@ -121,7 +121,7 @@ class ShmVectorEnv(VectorEnv):
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
         self.action_space = batch_space(self.single_action_space, self.num_envs)
         try:
-            metadata, self.render_mode = engine.call(Command.CALL, [0, 0], "metadata", (), {})
+            metadata = engine.call(Command.CALL, [0], "metadata", (), {})[0]
             self.render_mode = engine.call(Command.CALL, [0], "render_mode", (), {})[0]
         except BaseException:
             engine.close()
@@ -165,9 +165,10 @@ class ShmVectorEnv(VectorEnv):
             seeds = list(seed)
         if len(seeds) != n:
             raise ValueError(
-                f"If seeds are passed as a list the length must match num_envs={n} but got length={len(seeds)}."
+                f"If seeds are passed as a list the length must match num_envs={n} but got "
+                f"length={len(seeds)}."
             )
-        mask = None
+        mask: np.ndarray | None = None
         if options is not None and "reset_mask" in options:
             options = dict(options)
             mask = _check_mask(options.pop("reset_mask"), n)
@@ -203,9 +204,10 @@ class ShmVectorEnv(VectorEnv):
             infos,
         )
 
-    def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
+    def call(self, name: str, /, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
         """``env.get_wrapper_attr(name)(*args, **kwargs)`` of every env, or the attribute's value when
-        it is not callable (as SyncVectorEnv)."""
+        it is not callable (as SyncVectorEnv). ``name`` is positional-only, so a method's own ``name``
+        keyword reaches the env."""
         return tuple(self._eng.call(Command.CALL, range(self.num_envs), name, args, kwargs))
 
     def get_attr(self, name: str) -> tuple[Any, ...]:
@@ -289,4 +291,4 @@ def make_vec(
     return env
 
 
-__all__ = ["ShmVectorEnv", "autoreset_mode", "make_vec"]
+__all__ = ["ShmVectorEnv", "make_vec", "to_autoreset_mode"]

@@ -134,7 +134,8 @@ class _Worker:
         # Autoreset: "same_step" (reset inside the step that ends an episode, SB3's way), "next_step"
         # (reset in place of the following step) or "disabled" (the caller resets).
         self.autoreset = "same_step"
-        self.ended = [False] * len(envs)  # next_step mode: envs whose next step is a reset
+        self.ended = [False] * len(envs)  # envs whose next step is a reset (next_step mode, rebuilt)
+        self.next_seeds: list[int | None] = [None] * len(envs)  # seeds of those resets
 
     def attach(self, payload: tuple[RingSpec, tuple[Codec | None, ...] | None, int]) -> None:
         """Map the ring. ``payload``: the ring spec, the codec of each leaf (None: no codec at all)
@@ -166,10 +167,15 @@ class _Worker:
         self.names = [leaf.name for leaf in self.leaves]
 
     def configure(self, payload: dict[str, Any]) -> None:
-        """Options sent once after ``attach``: ``check_finite`` (bool), ``autoreset`` (mode name)."""
+        """Options sent after ``attach``: ``check_finite`` (bool), ``autoreset`` (mode name), and
+        ``reset_seeds`` (one per env: reset every env, with that seed, in place of its next step)."""
         if payload.get("check_finite"):
             self.finite_rules = inf_allowed(self.space)
         self.autoreset = payload.get("autoreset", self.autoreset)
+        seeds = payload.get("reset_seeds")
+        if seeds is not None:
+            self.ended = [True] * len(self.envs)
+            self.next_seeds = list(seeds)
 
     def write(self, dst: list[np.ndarray], i: int, obs: Any, terminal: bool = False) -> None:
         env_index = self.first_env + i
@@ -197,7 +203,8 @@ class _Worker:
             if ended[i]:
                 # next_step mode: the episode ended in the last step; this step is its reset.
                 ended[i] = False
-                obs, info = _check_reset(env.reset(), self.first_env + i)
+                seed, self.next_seeds[i] = self.next_seeds[i], None
+                obs, info = _check_reset(env.reset(seed=seed), self.first_env + i)
                 self._restart_codecs(i)
                 term = trunc = False
                 reward = 0.0
@@ -240,7 +247,7 @@ class _Worker:
                 infos.append(None)
                 continue
             self.current = i
-            self.ended[i] = False
+            self.ended[i], self.next_seeds[i] = False, None
             maybe_options = {"options": options[i]} if options[i] else {}
             obs, info = _check_reset(env.reset(seed=seeds[i], **maybe_options), self.first_env + i)
             self._restart_codecs(i)
@@ -272,6 +279,22 @@ class _Worker:
     def env_method(self, payload: tuple[list[int], str, tuple, dict]) -> list[Any]:
         indices, name, args, kwargs = payload
         return self._each(indices, lambda env: env.get_wrapper_attr(name)(*args, **kwargs))
+
+    def call(self, payload: tuple[list[int], str, tuple, dict]) -> list[Any]:
+        indices, name, args, kwargs = payload
+
+        def one(env: gym.Env) -> Any:
+            attr = env.get_wrapper_attr(name)
+            return attr(*args, **kwargs) if callable(attr) else attr
+
+        return self._each(indices, one)
+
+    def set_wrapper_attr(self, payload: tuple[list[int], str, list[Any]]) -> None:
+        indices, name, values = payload  # values: one per env of the whole vector env
+        for i in indices:
+            self.current = i
+            self.envs[i].set_wrapper_attr(name, values[self.first_env + i])
+        self.current = None
 
     def is_wrapped(self, payload: tuple[list[int], type]) -> list[bool]:
         indices, wrapper_class = payload
@@ -416,6 +439,8 @@ def worker_main(
         Command.HAS_ATTR: worker.has_attr,
         Command.SET_ATTR: worker.set_attr,
         Command.ENV_METHOD: worker.env_method,
+        Command.CALL: worker.call,
+        Command.SET_WRAPPER_ATTR: worker.set_wrapper_attr,
         Command.IS_WRAPPED: worker.is_wrapped,
         Command.RENDER: worker.render,
         Command.CONFIGURE: worker.configure,

@@ -31,6 +31,8 @@ from shmvec.ring import Ring
 
 # Commands after which restart mode rebuilds a worker whose env raised (its envs may be mid-step).
 _RESTART_ON_ENV_ERROR = (Command.STEP, Command.RESET)
+# Bringing a worker up: a failure here is never recovered from by a restart.
+_START_UP = (Command.MAKE_ENV, Command.ATTACH, Command.CONFIGURE)
 
 
 @dataclass
@@ -182,7 +184,7 @@ class Engine:
     def _settle(self, outcome: Outcome, cmd: Command) -> list[Fault]:
         """Raise what must be raised for ``outcome``; the faults left for the caller to rebuild
         (restart mode, ``step``/``reset`` only)."""
-        if outcome.faults and (not self.restart or cmd in (Command.MAKE_ENV, Command.ATTACH)):
+        if outcome.faults and (not self.restart or cmd in _START_UP):
             error = outcome.faults[0].error
             self.give_up(graceful=not isinstance(error, EnvTimeoutError))
             raise error
@@ -194,7 +196,7 @@ class Engine:
             errors = {}
         if errors:
             w = min(errors)
-            if cmd in (Command.MAKE_ENV, Command.ATTACH):
+            if cmd in _START_UP:
                 self.give_up()
             self.waiting = False
             raise env_error(errors[w], w, self.worker_envs[w])
@@ -221,7 +223,7 @@ class Engine:
         return outcome.results
 
     def _recovering(self, cmd: Command) -> bool:
-        return self.restart and cmd not in (Command.MAKE_ENV, Command.ATTACH) and not self.closed
+        return self.restart and cmd not in _START_UP and not self.closed
 
     def call(self, cmd: Command, indices: Sequence[int], *args: Any) -> list[Any]:
         """Run an env command (``get_attr``, ``env_method``...) on envs ``indices``; one result each.
@@ -257,7 +259,7 @@ class Engine:
         self,
         seeds: Sequence[int | None],
         options: Sequence[Any],
-        mask: Sequence[bool] | None = None,
+        mask: Sequence[bool] | np.ndarray | None = None,
     ) -> tuple[list[np.ndarray], list[dict[str, Any] | None]]:
         """Reset the envs (all, or those where ``mask`` is True) with one seed and options each; the
         observation leaves of the batch (envs not reset keep their last observation) and the reset
@@ -359,19 +361,39 @@ class Engine:
             self.ring.truncated[slot],
         )
         restarted: dict[int, list[np.ndarray]] = {}
+        carried: list[int] = []
         if faults or self.supervisor.needs_reset:
             self.supervisor.rebuild(faults)
-            restarted, restart_infos = self.supervisor.end_episodes(slot)
+            restarted, restart_infos = self.supervisor.end_episodes(slot, self.same_step)
             for i, (info, reset_info) in restart_infos.items():
-                infos[i], reset_infos[i] = info, reset_info
+                infos[i] = info
+                if reset_info is not None:
+                    reset_infos[i] = reset_info
+            if not self.same_step:
+                carried = sorted(restart_infos)
         # Only same-step autoreset writes terminal observations (encoded ones must all be decoded, in
         # order, to keep the codec streams in step).
         done = np.flatnonzero(terminated | truncated).tolist() if self.same_step else []
         if restarted:
             done = [i for i in done if i not in restarted]
-        arrays, finals = self.reader.read(slot, done)
+        only = None if not carried else np.setdiff1d(np.arange(self.num_envs), carried)
+        arrays, finals = self.reader.read(slot, done, only=only)
         finals.update(restarted)
         return StepBatch(arrays, rewards, terminated, truncated, infos, reset_infos, finals)
+
+    def render_all(self) -> list[Any]:
+        """``env.render()`` of every env, in env order."""
+        self.check_open()
+        payloads = [list(range(len(g))) for g in self.worker_envs]
+        return [img for images in self.call_workers(Command.RENDER, payloads) for img in images]
+
+    def arm(self, workers: list[int], seeds: list[list[int | None]]) -> list[Fault]:
+        """Have the envs of ``workers`` reset (with ``seeds``) in place of their next step; the faults
+        of workers that failed to take it."""
+        payloads = [{"reset_seeds": s} for s in seeds]
+        outcome = self.pool.call(Command.CONFIGURE, payloads, workers, "step", stop_on_fault=False)
+        errors = [self._env_fault(w, e) for w, e in outcome.errors.items()]
+        return sorted(outcome.faults + errors, key=lambda f: f.worker)
 
     def reset_workers(self, workers: list[int], payloads: list[Any]) -> tuple[list[Any], list[Fault]]:
         """Send ``reset`` to ``workers``; their reset infos and (restart mode) the faults to rebuild."""

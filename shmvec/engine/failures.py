@@ -6,7 +6,9 @@ One label, ``worker w (pid p, envs a..b)``, and the fields of :class:`shmvec.err
 
 from __future__ import annotations
 
+import builtins
 import signal
+from typing import Any
 
 from shmvec.errors import EnvError, EnvTimeoutError, WorkerCrashedError
 from shmvec.protocol import RemoteError
@@ -75,22 +77,34 @@ def timeout_error(
 def env_error(err: RemoteError, w: int, envs: range) -> EnvError:
     """The :class:`EnvError` for an exception raised in worker ``w``, the original chained."""
     where = f"env {err.env_index}" if err.env_index is not None else "a worker"
-    kind = err.exc_type.rsplit(".", 1)[-1]
-    message = f"{where} raised {kind} during {err.command}: {err.message}"
+    name = err.exc_type.rsplit(".", 1)[-1]
+    message = f"{where} raised {name} during {err.command}: {err.message}"
     if err.command == "make_env":
-        message = f"the factory of {where} raised {kind}: {err.message}"
-    exc = EnvError(
-        message,
-        env_index=err.env_index,
-        command=err.command,
-        worker_pid=err.pid,
-        exc_type=err.exc_type,
-        remote_traceback=err.traceback,
-        worker_index=w,
-        env_indices=list(envs),
-    )
-    exc.__cause__ = err.original()
+        message = f"the factory of {where} raised {name}: {err.message}"
+    fields: dict[str, Any] = {
+        "env_index": err.env_index,
+        "command": err.command,
+        "worker_pid": err.pid,
+        "exc_type": err.exc_type,
+        "remote_traceback": err.traceback,
+        "worker_index": w,
+        "env_indices": list(envs),
+    }
+    original = err.original()
+    kind = type(original) if original is not None else _builtin(err.exc_type)
+    try:
+        exc = EnvError.like(kind)(message, **fields)
+    except TypeError:  # a constructor the combined class does not accept
+        exc = EnvError(message, **fields)
+    exc.__cause__ = original
     return exc
+
+
+def _builtin(qualified: str) -> type[BaseException] | None:
+    """A builtin exception type by its qualified name (an original that could not be pickled)."""
+    module, _, name = qualified.rpartition(".")
+    kind = getattr(builtins, name, None) if module == "builtins" else None
+    return kind if isinstance(kind, type) and issubclass(kind, BaseException) else None
 
 
 def add_note(error: BaseException, note: str) -> BaseException:

@@ -33,6 +33,9 @@ class Host(Protocol):
     def reset_workers(self, workers: list[int], payloads: list[Any]) -> tuple[list[Any], list[Fault]]:
         """Reset ``workers``; their reset infos and the faults to rebuild."""
 
+    def arm(self, workers: list[int], seeds: list[list[int | None]]) -> list[Fault]:
+        """Have ``workers`` reset their envs with ``seeds`` in place of their next step."""
+
     def relaunch(self, w: int) -> Fault | None:
         """Replace worker ``w`` and attach the new one; the fault if that failed."""
 
@@ -112,28 +115,35 @@ class Supervisor:
         return out
 
     def end_episodes(
-        self, slot: int
-    ) -> tuple[dict[int, list[np.ndarray]], dict[int, tuple[dict[str, Any], dict[str, Any]]]]:
-        """Reset the rebuilt workers into ``slot`` and end their envs' episodes there: reward 0,
-        truncated, the last observation the caller saw as terminal observation.
+        self, slot: int, same_step: bool
+    ) -> tuple[dict[int, list[np.ndarray]], dict[int, tuple[dict[str, Any], dict[str, Any] | None]]]:
+        """End the episodes of the rebuilt workers' envs in ``slot``: reward 0, truncated.
 
-        :returns: env -> terminal observation leaves, and env -> (step info, reset info), both with
-            the restart keys.
+        ``same_step``: the envs are reset now; the last observation the caller saw becomes their
+        terminal observation. Otherwise their row keeps that last observation (the engine carries it
+        over) and they reset in place of their next step.
+
+        :returns: env -> terminal observation leaves (same step only), and env -> (step info, reset
+            info or None), both with the restart keys.
         """
         host, ring = self.host, self.host.ring
         finals: dict[int, list[np.ndarray]] = {}
-        infos: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}
+        infos: dict[int, tuple[dict[str, Any], dict[str, Any] | None]] = {}
         while self.needs_reset:
             workers = sorted(self.needs_reset)
-            for w in workers:
-                g = host.worker_envs[w]
-                # The last observation the caller saw is intact in the previous batch (n_slots >= 2):
-                # the failed worker may have half-written this slot, never that one.
-                last = host.reader.previous(slice(g.start, g.stop))
-                for k, i in enumerate(g):
-                    finals[i] = [leaf[k] for leaf in last]
-            payloads = [(slot, self.reset_seeds(w), [None] * len(host.worker_envs[w]), None) for w in workers]
-            results, faults = host.reset_workers(workers, payloads)
+            seeds = [self.reset_seeds(w) for w in workers]
+            if same_step:
+                for w in workers:
+                    g = host.worker_envs[w]
+                    # The last observation the caller saw is intact in the previous batch (n_slots
+                    # >= 2): the failed worker may have half-written this slot, never that one.
+                    last = host.reader.previous(slice(g.start, g.stop))
+                    for k, i in enumerate(g):
+                        finals[i] = [leaf[k] for leaf in last]
+                payloads = [(slot, s, [None] * len(s), None) for s in seeds]
+                results, faults = host.reset_workers(workers, payloads)
+            else:
+                results, faults = [None] * len(workers), host.arm(workers, seeds)
             failed = {f.worker for f in faults}
             for w, reply in zip(workers, results):
                 if w in failed:
@@ -143,8 +153,8 @@ class Supervisor:
                 ring.rewards[slot, g.start : g.stop] = 0.0
                 ring.terminated[slot, g.start : g.stop] = False
                 ring.truncated[slot, g.start : g.stop] = True
-                for k, info in enumerate(reply):
-                    infos[g.start + k] = (self.mark({}, reason), self.mark(info, reason))
+                for k, i in enumerate(g):
+                    infos[i] = (self.mark({}, reason), None if reply is None else self.mark(reply[k], reason))
             if faults:
                 self.rebuild(faults)
         return finals, infos
