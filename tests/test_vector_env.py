@@ -704,7 +704,6 @@ def test_fault_in_step_restarts(no_leaks, fault):
             elif t == 4:  # NEXT_STEP: the rebuilt envs start their new episode now
                 assert not truncations[2:].any() and not terminations[2:].any()
                 assert rewards[2:].tolist() == [0.0, 0.0]
-                assert not_restarted(infos)
             else:
                 assert not_restarted(infos)
         assert env.get_attr("steps")[2:] == (1, 1)  # rebuilt at step 3, stepped once since (t=5)
@@ -732,6 +731,56 @@ def test_fault_in_step_restarts_same_step(no_leaks):
             first, _ = rebuilt.reset(seed=restart_seed(i, 1))
             assert_obs_equal(new_obs[i], first, f"obs[{i}]")
         env.step(ACTIONS)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("codec", ["lz4", "delta"])
+def test_restart_with_codec(no_leaks, codec):
+    """Restart mode and a codec together: the rebuilt envs end their episode with the last observation
+    (decoded), and every env, the rebuilt ones' new episodes included, goes on decoding exactly."""
+    ref = SyncVectorEnv(faulty_fns(None))
+    env = make(faulty_fns("kill"), on_crash="restart", codec=codec)
+    with closing(env), closing(ref):
+        obs, _ = env.reset(seed=0)
+        assert_obs_equal(obs, ref.reset(seed=0)[0])
+        for t in range(1, 9):
+            prev = obs
+            obs, rewards, terminations, truncations, infos = env.step(ACTIONS)
+            r_obs, r_rewards, *_ = ref.step(ACTIONS)
+            assert_obs_equal(obs[:2], r_obs[:2], f"step {t}")
+            np.testing.assert_array_equal(rewards[:2], r_rewards[:2])
+            if t == 3:
+                assert truncations[2:].all()
+                assert_obs_equal(obs[2:], prev[2:], "last observation of the rebuilt envs")
+                assert_restarted(infos, [2, 3], "kill", "step")
+            elif t == 4:  # the new episodes' first observations, from their restart seeds
+                for i in (2, 3):
+                    assert_obs_equal(obs[i], FaultyEnv().reset(seed=restart_seed(i, 1))[0], f"obs[{i}]")
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("mode", [NEXT, SAME], ids=lambda m: m.name)
+def test_restart_when_the_autoreset_fails(no_leaks, mode):
+    """Env 3 dies in its second reset: the autoreset after its first episode (at its 5th step), inside
+    step(). The worker is rebuilt, its envs report the restart, the other envs are unaffected."""
+    ref = SyncVectorEnv(faulty_fns(None), autoreset_mode=mode)
+    env = make(faulty_fns("kill", "reset"), on_crash="restart", autoreset_mode=mode)
+    restarted_at = []
+    with closing(env), closing(ref):
+        assert_obs_equal(env.reset(seed=0)[0], ref.reset(seed=0)[0])
+        for t in range(1, 10):
+            obs, rewards, terminations, truncations, infos = env.step(ACTIONS)
+            r_obs, r_rewards, r_terminations, r_truncations, _ = ref.step(ACTIONS)
+            assert_obs_equal(obs[:2], r_obs[:2], f"step {t}")
+            np.testing.assert_array_equal(rewards[:2], r_rewards[:2])
+            np.testing.assert_array_equal(terminations[:2], r_terminations[:2])
+            np.testing.assert_array_equal(truncations[:2], r_truncations[:2])
+            where = infos.get("final_info", {}) if RESTARTED_KEY not in infos else infos
+            if RESTARTED_KEY in where and where[f"_{RESTARTED_KEY}"].any():
+                assert where[f"_{RESTARTED_KEY}"].tolist() == [False, False, True, True]
+                restarted_at.append(t)
+        # NEXT_STEP resets at the step after the 5th, SAME_STEP within the 5th.
+        assert restarted_at == ([6] if mode == NEXT else [5])
 
 
 def test_restart_seeds(no_leaks):
