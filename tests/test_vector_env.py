@@ -129,7 +129,10 @@ def run_both(kind: str, mode: AutoresetMode, n_envs: int = 5, steps: int = 40, s
         assert env.observation_space == ref.observation_space
         assert env.single_action_space == ref.single_action_space
         assert env.action_space == ref.action_space
-        assert_reset_equal(env.reset(seed=seed), ref.reset(seed=seed), "reset")
+        options = {"level": 1}  # reaches every env (DictImageEnv returns it in its reset info)
+        assert_reset_equal(
+            env.reset(seed=seed, options=options), ref.reset(seed=seed, options=options), "reset"
+        )
         ref.action_space.seed(seed)
         for t in range(steps):
             if t == steps // 2:
