@@ -11,7 +11,34 @@ from collections.abc import Sequence
 
 
 class ShmVecEnvError(RuntimeError):
-    """Base class of every error raised by shmvec on behalf of its workers."""
+    """Base class of every error raised by shmvec on behalf of its workers.
+
+    Every error tied to a worker says which one; the attributes are None (or empty) when the error
+    is not tied to a worker (e.g. :class:`ClosedError`).
+
+    :param worker_index: index of the worker process.
+    :param env_indices: the envs that run in that worker.
+    :param worker_pid: process id of the worker.
+    :param command: the command that was running, e.g. ``"step"``, ``"reset"``, ``"env_method:foo"``.
+    :param remote_traceback: text from the worker (its Python traceback, or what faulthandler wrote).
+    """
+
+    def __init__(
+        self,
+        message: str = "",
+        *,
+        worker_index: int | None = None,
+        env_indices: Sequence[int] = (),
+        worker_pid: int | None = None,
+        command: str | None = None,
+        remote_traceback: str = "",
+    ) -> None:
+        super().__init__(message)
+        self.worker_index = worker_index
+        self.env_indices = list(env_indices)
+        self.worker_pid = worker_pid
+        self.command = command
+        self.remote_traceback = remote_traceback
 
 
 class EnvError(ShmVecEnvError):
@@ -40,13 +67,19 @@ class EnvError(ShmVecEnvError):
         worker_pid: int | None,
         exc_type: str,
         remote_traceback: str,
+        worker_index: int | None = None,
+        env_indices: Sequence[int] = (),
     ) -> None:
-        super().__init__(message)
+        super().__init__(
+            message,
+            worker_index=worker_index,
+            env_indices=env_indices,
+            worker_pid=worker_pid,
+            command=command,
+            remote_traceback=remote_traceback,
+        )
         self.env_index = env_index
-        self.command = command
-        self.worker_pid = worker_pid
         self.exc_type = exc_type
-        self.remote_traceback = remote_traceback
 
     def __str__(self) -> str:
         return f"{self.args[0]}\n\nTraceback in the worker:\n{self.remote_traceback}"
@@ -81,13 +114,15 @@ class WorkerCrashedError(ShmVecEnvError):
         command: str,
         remote_traceback: str = "",
     ) -> None:
-        super().__init__(message)
-        self.worker_index = worker_index
-        self.env_indices = list(env_indices)
-        self.worker_pid = worker_pid
+        super().__init__(
+            message,
+            worker_index=worker_index,
+            env_indices=env_indices,
+            worker_pid=worker_pid,
+            command=command,
+            remote_traceback=remote_traceback,
+        )
         self.exitcode = exitcode
-        self.command = command
-        self.remote_traceback = remote_traceback
 
     def __str__(self) -> str:
         if not self.remote_traceback:
@@ -112,11 +147,13 @@ class EnvTimeoutError(ShmVecEnvError, TimeoutError):
         command: str,
         timeout: float,
     ) -> None:
-        super().__init__(message)
-        self.worker_index = worker_index
-        self.env_indices = list(env_indices)
-        self.worker_pid = worker_pid
-        self.command = command
+        super().__init__(
+            message,
+            worker_index=worker_index,
+            env_indices=env_indices,
+            worker_pid=worker_pid,
+            command=command,
+        )
         self.timeout = timeout
 
 
