@@ -147,7 +147,8 @@ def run_both(kind: str, mode: AutoresetMode, n_envs: int = 5, steps: int = 40, s
                 seeds = [seed * 1000 + 10 * t + i if d else None for i, d in enumerate(done)]
                 # Sync pops reset_mask out of the options it is given: each gets its own dict.
                 got = env.reset(seed=seeds, options={"reset_mask": done.copy(), "level": t})
-                assert_reset_equal(got, ref.reset(seed=seeds, options={"reset_mask": done, "level": t}), t)
+                want = ref.reset(seed=seeds, options={"reset_mask": done, "level": t})
+                assert_reset_equal(got, want, f"masked reset after step {t}")
     return ends
 
 
@@ -217,18 +218,22 @@ def test_batch_dtypes(no_leaks):
 
 
 def test_copy_true_returns_fresh_arrays(no_leaks):
-    """copy=True (the default): a batch the caller keeps is not overwritten by later steps."""
-    fns = [functools.partial(SyntheticImageEnv, (8, 8, 3), episode_len=(50, 60))] * 2
-    with closing(make(fns)) as env:
+    """copy=True (the default): a batch, or a final observation, that the caller keeps is not
+    overwritten by later steps (the ring's slots are reused every few steps)."""
+    fns = [functools.partial(SyntheticImageEnv, (8, 8, 3), episode_len=(2, 3))] * 2
+    with closing(make(fns, autoreset_mode=SAME)) as env:
         obs, _ = env.reset(seed=0)
         kept = [obs]
-        for _ in range(5):
-            kept.append(env.step(np.ones(2, np.int64))[0])
+        for _ in range(6):
+            obs, _, _, _, infos = env.step(np.ones(2, np.int64))
+            kept.append(obs)
+            kept.extend(o for o in infos.get("final_obs", ()) if o is not None)
+        assert len(kept) > 7  # final observations among them
         snapshot = [k.copy() for k in kept]
-        for _ in range(5):
+        for _ in range(6):
             env.step(np.ones(2, np.int64))
-        for a, b in zip(kept, snapshot):
-            np.testing.assert_array_equal(a, b)
+        for i, (a, b) in enumerate(zip(kept, snapshot)):
+            np.testing.assert_array_equal(a, b, err_msg=f"kept array {i}")
 
 
 # ---------------------------------------------------------------- autoreset modes
