@@ -129,7 +129,10 @@ def run_both(kind: str, mode: AutoresetMode, n_envs: int = 5, steps: int = 40, s
         assert env.observation_space == ref.observation_space
         assert env.single_action_space == ref.single_action_space
         assert env.action_space == ref.action_space
-        assert_reset_equal(env.reset(seed=seed), ref.reset(seed=seed), "reset")
+        options = {"level": 1}  # reaches every env (DictImageEnv returns it in its reset info)
+        assert_reset_equal(
+            env.reset(seed=seed, options=options), ref.reset(seed=seed, options=options), "reset"
+        )
         ref.action_space.seed(seed)
         for t in range(steps):
             if t == steps // 2:
@@ -144,7 +147,8 @@ def run_both(kind: str, mode: AutoresetMode, n_envs: int = 5, steps: int = 40, s
                 seeds = [seed * 1000 + 10 * t + i if d else None for i, d in enumerate(done)]
                 # Sync pops reset_mask out of the options it is given: each gets its own dict.
                 got = env.reset(seed=seeds, options={"reset_mask": done.copy(), "level": t})
-                assert_reset_equal(got, ref.reset(seed=seeds, options={"reset_mask": done, "level": t}), t)
+                want = ref.reset(seed=seeds, options={"reset_mask": done, "level": t})
+                assert_reset_equal(got, want, f"masked reset after step {t}")
     return ends
 
 
@@ -214,18 +218,22 @@ def test_batch_dtypes(no_leaks):
 
 
 def test_copy_true_returns_fresh_arrays(no_leaks):
-    """copy=True (the default): a batch the caller keeps is not overwritten by later steps."""
-    fns = [functools.partial(SyntheticImageEnv, (8, 8, 3), episode_len=(50, 60))] * 2
-    with closing(make(fns)) as env:
+    """copy=True (the default): a batch, or a final observation, that the caller keeps is not
+    overwritten by later steps (the ring's slots are reused every few steps)."""
+    fns = [functools.partial(SyntheticImageEnv, (8, 8, 3), episode_len=(2, 3))] * 2
+    with closing(make(fns, autoreset_mode=SAME)) as env:
         obs, _ = env.reset(seed=0)
         kept = [obs]
-        for _ in range(5):
-            kept.append(env.step(np.ones(2, np.int64))[0])
+        for _ in range(6):
+            obs, _, _, _, infos = env.step(np.ones(2, np.int64))
+            kept.append(obs)
+            kept.extend(o for o in infos.get("final_obs", ()) if o is not None)
+        assert len(kept) > 7  # final observations among them
         snapshot = [k.copy() for k in kept]
-        for _ in range(5):
+        for _ in range(6):
             env.step(np.ones(2, np.int64))
-        for a, b in zip(kept, snapshot):
-            np.testing.assert_array_equal(a, b)
+        for i, (a, b) in enumerate(zip(kept, snapshot)):
+            np.testing.assert_array_equal(a, b, err_msg=f"kept array {i}")
 
 
 # ---------------------------------------------------------------- autoreset modes
@@ -704,7 +712,6 @@ def test_fault_in_step_restarts(no_leaks, fault):
             elif t == 4:  # NEXT_STEP: the rebuilt envs start their new episode now
                 assert not truncations[2:].any() and not terminations[2:].any()
                 assert rewards[2:].tolist() == [0.0, 0.0]
-                assert not_restarted(infos)
             else:
                 assert not_restarted(infos)
         assert env.get_attr("steps")[2:] == (1, 1)  # rebuilt at step 3, stepped once since (t=5)
@@ -732,6 +739,56 @@ def test_fault_in_step_restarts_same_step(no_leaks):
             first, _ = rebuilt.reset(seed=restart_seed(i, 1))
             assert_obs_equal(new_obs[i], first, f"obs[{i}]")
         env.step(ACTIONS)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("codec", ["lz4", "delta"])
+def test_restart_with_codec(no_leaks, codec):
+    """Restart mode and a codec together: the rebuilt envs end their episode with the last observation
+    (decoded), and every env, the rebuilt ones' new episodes included, goes on decoding exactly."""
+    ref = SyncVectorEnv(faulty_fns(None))
+    env = make(faulty_fns("kill"), on_crash="restart", codec=codec)
+    with closing(env), closing(ref):
+        obs, _ = env.reset(seed=0)
+        assert_obs_equal(obs, ref.reset(seed=0)[0])
+        for t in range(1, 9):
+            prev = obs
+            obs, rewards, terminations, truncations, infos = env.step(ACTIONS)
+            r_obs, r_rewards, *_ = ref.step(ACTIONS)
+            assert_obs_equal(obs[:2], r_obs[:2], f"step {t}")
+            np.testing.assert_array_equal(rewards[:2], r_rewards[:2])
+            if t == 3:
+                assert truncations[2:].all()
+                assert_obs_equal(obs[2:], prev[2:], "last observation of the rebuilt envs")
+                assert_restarted(infos, [2, 3], "kill", "step")
+            elif t == 4:  # the new episodes' first observations, from their restart seeds
+                for i in (2, 3):
+                    assert_obs_equal(obs[i], FaultyEnv().reset(seed=restart_seed(i, 1))[0], f"obs[{i}]")
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("mode", [NEXT, SAME], ids=lambda m: m.name)
+def test_restart_when_the_autoreset_fails(no_leaks, mode):
+    """Env 3 dies in its second reset: the autoreset after its first episode (at its 5th step), inside
+    step(). The worker is rebuilt, its envs report the restart, the other envs are unaffected."""
+    ref = SyncVectorEnv(faulty_fns(None), autoreset_mode=mode)
+    env = make(faulty_fns("kill", "reset"), on_crash="restart", autoreset_mode=mode)
+    restarted_at = []
+    with closing(env), closing(ref):
+        assert_obs_equal(env.reset(seed=0)[0], ref.reset(seed=0)[0])
+        for t in range(1, 10):
+            obs, rewards, terminations, truncations, infos = env.step(ACTIONS)
+            r_obs, r_rewards, r_terminations, r_truncations, _ = ref.step(ACTIONS)
+            assert_obs_equal(obs[:2], r_obs[:2], f"step {t}")
+            np.testing.assert_array_equal(rewards[:2], r_rewards[:2])
+            np.testing.assert_array_equal(terminations[:2], r_terminations[:2])
+            np.testing.assert_array_equal(truncations[:2], r_truncations[:2])
+            where = infos.get("final_info", {}) if RESTARTED_KEY not in infos else infos
+            if RESTARTED_KEY in where and where[f"_{RESTARTED_KEY}"].any():
+                assert where[f"_{RESTARTED_KEY}"].tolist() == [False, False, True, True]
+                restarted_at.append(t)
+        # NEXT_STEP resets at the step after the 5th, SAME_STEP within the 5th.
+        assert restarted_at == ([6] if mode == NEXT else [5])
 
 
 def test_restart_seeds(no_leaks):
