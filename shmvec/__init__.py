@@ -1,9 +1,10 @@
 """shmvec: a shared-memory drop-in replacement for Stable-Baselines3's SubprocVecEnv.
 
-Public API: :class:`ShmVecEnv` and the exception types in :mod:`shmvec.errors`.
+Public API: :class:`ShmVecEnv` (SB3's VecEnv), :class:`ShmVectorEnv` and :func:`make_vec`
+(Gymnasium's VectorEnv), and the exception types in :mod:`shmvec.errors`.
 
-``ShmVecEnv`` is imported lazily: worker processes import ``shmvec.worker`` (and so this package)
-first thing, and importing the VecEnv facade would pull in SB3 and torch in every worker.
+The faces are imported lazily: worker processes import ``shmvec.worker`` (and so this package)
+first thing, and importing the SB3 face would pull in SB3 and torch in every worker.
 """
 
 from typing import TYPE_CHECKING, Any
@@ -25,6 +26,7 @@ from shmvec.errors import (
 
 if TYPE_CHECKING:
     from shmvec.vec_env import ShmVecEnv
+    from shmvec.vector_env import ShmVectorEnv, make_vec
 
 __all__ = [
     "ClosedError",
@@ -37,15 +39,24 @@ __all__ = [
     "SharedMemoryTooSmallError",
     "ShmVecEnv",
     "ShmVecEnvError",
+    "ShmVectorEnv",
     "UnsupportedSpaceError",
     "WorkerCrashedError",
     "__version__",
+    "make_vec",
 ]
+
+# Public names imported on first use: name -> module.
+_LAZY = {"ShmVecEnv": "shmvec.vec_env", "ShmVectorEnv": "shmvec.vector_env", "make_vec": "shmvec.vector_env"}
 
 
 def __getattr__(name: str) -> Any:
-    if name == "ShmVecEnv":
-        from shmvec.vec_env import ShmVecEnv
+    if name in _LAZY:
+        import importlib
 
-        return ShmVecEnv
+        return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'shmvec' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

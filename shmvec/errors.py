@@ -11,7 +11,34 @@ from collections.abc import Sequence
 
 
 class ShmVecEnvError(RuntimeError):
-    """Base class of every error raised by shmvec on behalf of its workers."""
+    """Base class of every error raised by shmvec on behalf of its workers.
+
+    Every error tied to a worker says which one; the attributes are None (or empty) when the error
+    is not tied to a worker (e.g. :class:`ClosedError`).
+
+    :param worker_index: index of the worker process.
+    :param env_indices: the envs that run in that worker.
+    :param worker_pid: process id of the worker.
+    :param command: the command that was running, e.g. ``"step"``, ``"reset"``, ``"env_method:foo"``.
+    :param remote_traceback: text from the worker (its Python traceback, or what faulthandler wrote).
+    """
+
+    def __init__(
+        self,
+        message: str = "",
+        *,
+        worker_index: int | None = None,
+        env_indices: Sequence[int] = (),
+        worker_pid: int | None = None,
+        command: str | None = None,
+        remote_traceback: str = "",
+    ) -> None:
+        super().__init__(message)
+        self.worker_index = worker_index
+        self.env_indices = list(env_indices)
+        self.worker_pid = worker_pid
+        self.command = command
+        self.remote_traceback = remote_traceback
 
 
 class EnvError(ShmVecEnvError):
@@ -22,7 +49,8 @@ class EnvError(ShmVecEnvError):
     (their results are dropped), the failing one and those after it have not, and the other workers'
     envs have stepped: reset before stepping again. (With ``on_crash="restart"`` an exception in
     ``step``/``reset`` restarts the worker instead of raising.) The original exception is chained as
-    ``__cause__`` when it could be pickled.
+    ``__cause__`` when it could be pickled, and the error is then also an instance of its type
+    (see :meth:`like`): ``except AttributeError`` catches a missing attribute as it would in-process.
 
     :param env_index: index of the env that raised (``None`` if the error was not tied to one env).
     :param command: the command that was running, e.g. ``"step"``, ``"reset"``, ``"env_method:foo"``.
@@ -40,16 +68,53 @@ class EnvError(ShmVecEnvError):
         worker_pid: int | None,
         exc_type: str,
         remote_traceback: str,
+        worker_index: int | None = None,
+        env_indices: Sequence[int] = (),
     ) -> None:
-        super().__init__(message)
+        super().__init__(
+            message,
+            worker_index=worker_index,
+            env_indices=env_indices,
+            worker_pid=worker_pid,
+            command=command,
+            remote_traceback=remote_traceback,
+        )
         self.env_index = env_index
-        self.command = command
-        self.worker_pid = worker_pid
         self.exc_type = exc_type
-        self.remote_traceback = remote_traceback
 
     def __str__(self) -> str:
         return f"{self.args[0]}\n\nTraceback in the worker:\n{self.remote_traceback}"
+
+    @classmethod
+    def like(cls, kind: type[BaseException] | None) -> type[EnvError]:
+        """A subclass of both EnvError and ``kind`` (cached), so that ``except AttributeError:``
+        written for an in-process env still catches it; EnvError itself when ``kind`` is not an
+        ``Exception`` or cannot be combined with it."""
+        if kind is None or not issubclass(kind, Exception) or issubclass(kind, cls):
+            return cls
+        combined = _COMBINED.get(kind)
+        if combined is None:
+            try:
+                combined = type(f"EnvError[{kind.__name__}]", (cls, kind), {"__module__": __name__})
+            except TypeError:  # incompatible layouts (some C exception types)
+                combined = cls
+            _COMBINED[kind] = combined
+        return combined
+
+    def __reduce__(self) -> tuple:
+        # A combined class has no importable name: pickle as "EnvError like this kind".
+        kind = next((k for k, c in _COMBINED.items() if c is type(self)), None)
+        return _rebuild_env_error, (kind, self.args, self.__dict__)
+
+
+_COMBINED: dict[type[BaseException], type[EnvError]] = {}
+
+
+def _rebuild_env_error(kind: type[BaseException] | None, args: tuple, state: dict) -> EnvError:
+    error = Exception.__new__(EnvError.like(kind))
+    error.args = args
+    error.__dict__.update(state)
+    return error
 
 
 class WorkerCrashedError(ShmVecEnvError):
@@ -81,13 +146,15 @@ class WorkerCrashedError(ShmVecEnvError):
         command: str,
         remote_traceback: str = "",
     ) -> None:
-        super().__init__(message)
-        self.worker_index = worker_index
-        self.env_indices = list(env_indices)
-        self.worker_pid = worker_pid
+        super().__init__(
+            message,
+            worker_index=worker_index,
+            env_indices=env_indices,
+            worker_pid=worker_pid,
+            command=command,
+            remote_traceback=remote_traceback,
+        )
         self.exitcode = exitcode
-        self.command = command
-        self.remote_traceback = remote_traceback
 
     def __str__(self) -> str:
         if not self.remote_traceback:
@@ -112,11 +179,13 @@ class EnvTimeoutError(ShmVecEnvError, TimeoutError):
         command: str,
         timeout: float,
     ) -> None:
-        super().__init__(message)
-        self.worker_index = worker_index
-        self.env_indices = list(env_indices)
-        self.worker_pid = worker_pid
-        self.command = command
+        super().__init__(
+            message,
+            worker_index=worker_index,
+            env_indices=env_indices,
+            worker_pid=worker_pid,
+            command=command,
+        )
         self.timeout = timeout
 
 

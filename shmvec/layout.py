@@ -137,6 +137,13 @@ def _unflatten_tuple(space: spaces.Tuple, arrays: Iterator[Any]) -> tuple[Any, .
     return tuple(unflatten(sub, arrays) for sub in space.spaces)
 
 
+def array_action_leaf(action_space: spaces.Space) -> Leaf | None:
+    """The leaf of an array-shaped action space (a typed buffer can carry it), else None."""
+    if isinstance(action_space, (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)):
+        return leaves(action_space)[0]
+    return None
+
+
 def inf_allowed(space: spaces.Space) -> list[bool | None]:
     """Per leaf (in :func:`leaves` order): None for integer leaves (never NaN), else whether the Box
     allows +/-inf (some bound infinite). NaN is in no Box: ``Box.contains`` is False for it."""

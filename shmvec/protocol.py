@@ -7,12 +7,13 @@ infos, attribute values and env-method results, and actions that do not fit the 
 
 Commands (payload -> result):
 
-- ``attach`` (RingSpec) -> None
+- ``attach`` (RingSpec, codecs, verify_every) -> None
+- ``configure`` (dict of options) -> None
 - ``step`` (slot, actions for this worker's envs or None = read the ring) ->
   list of ``(local_env, info, reset_info | None)`` for envs with a non-empty info or an auto-reset
 - ``reset`` (slot, seeds, options) -> list of reset infos
-- ``get_attr`` / ``has_attr`` / ``set_attr`` / ``env_method`` / ``is_wrapped`` / ``render``
-  (local env indices, ...) -> list of results
+- ``get_attr`` / ``has_attr`` / ``set_attr`` / ``env_method`` / ``call`` / ``set_wrapper_attr`` /
+  ``is_wrapped`` / ``render`` (local env indices, ...) -> list of results
 - ``close`` -> the worker exits, no reply
 """
 
@@ -21,10 +22,50 @@ from __future__ import annotations
 import pickle
 import traceback
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
 # Start-up message a worker sends once its envs exist: the spaces of each env, for checking.
 READY = "ready"
+
+
+class Command(str, Enum):
+    """The commands a worker serves. A ``str`` so the plain value crosses the pipe (an enum member
+    would pickle as a class reference, costlier on every step) and still compares equal."""
+
+    MAKE_ENV = "make_env"  # not sent: names the start-up wait in errors
+    ATTACH = "attach"
+    CONFIGURE = "configure"
+    STEP = "step"
+    RESET = "reset"
+    GET_ATTR = "get_attr"
+    HAS_ATTR = "has_attr"
+    SET_ATTR = "set_attr"
+    ENV_METHOD = "env_method"
+    CALL = "call"  # like env_method, but a non-callable attribute gives its value (gymnasium's call)
+    SET_WRAPPER_ATTR = "set_wrapper_attr"  # one value per env
+    IS_WRAPPED = "is_wrapped"
+    RENDER = "render"
+    CLOSE = "close"
+
+    def label(self, payload: Any = None) -> str:
+        """How errors name the command: ``"get_attr:render_mode"`` for the commands that name an
+        attribute or method (the second item of their payload), else the bare name."""
+        if self in _NAMED and isinstance(payload, tuple) and len(payload) > 1:
+            return f"{self.value}:{payload[1]}"
+        return self.value
+
+
+_NAMED = frozenset(
+    {
+        Command.GET_ATTR,
+        Command.HAS_ATTR,
+        Command.SET_ATTR,
+        Command.ENV_METHOD,
+        Command.CALL,
+        Command.SET_WRAPPER_ATTR,
+    }
+)
 
 
 @dataclass

@@ -54,6 +54,22 @@ if TYPE_CHECKING:
 _ALIGN = 64
 _SHM_DIR = "/dev/shm"
 
+# Field names live here only: everyone else asks the Ring for its arrays by meaning.
+_REWARDS, _TERMINATED, _TRUNCATED, _ACTIONS = "rewards", "terminated", "truncated", "actions"
+_ENCODED_PARTS = ("enc", "len", "crc", "sample")
+
+
+def _obs_field(j: int) -> str:
+    return f"obs{j}"
+
+
+def _final_field(j: int) -> str:
+    return f"final{j}"
+
+
+def _encoded_field(part: str, j: int, terminal: bool) -> str:
+    return f"{'f' if terminal else ''}{part}{j}"
+
 
 @dataclass(frozen=True)
 class Field:
@@ -95,22 +111,22 @@ def plan_fields(
     for j, leaf in enumerate(obs_leaves):
         codec = codecs[j] if codecs else None
         if codec is None:
-            wanted.append((f"obs{j}", (n_slots, n_envs, *leaf.shape), leaf.dtype))
-            wanted.append((f"final{j}", (n_envs, *leaf.shape), leaf.dtype))
+            wanted.append((_obs_field(j), (n_slots, n_envs, *leaf.shape), leaf.dtype))
+            wanted.append((_final_field(j), (n_envs, *leaf.shape), leaf.dtype))
             continue
         # Rows rounded up to the alignment so envs of different workers never share a cache line.
         bound = _aligned(codec.max_encoded_size(leaf.shape, leaf.dtype))
-        for p in ("", "f"):
-            wanted.append((f"{p}enc{j}", (n_envs, bound), np.dtype(np.uint8)))
-            wanted.append((f"{p}len{j}", (n_envs,), np.dtype(np.int64)))
-            wanted.append((f"{p}crc{j}", (n_envs,), np.dtype(np.int64)))
+        for terminal in (False, True):
+            wanted.append((_encoded_field("enc", j, terminal), (n_envs, bound), np.dtype(np.uint8)))
+            wanted.append((_encoded_field("len", j, terminal), (n_envs,), np.dtype(np.int64)))
+            wanted.append((_encoded_field("crc", j, terminal), (n_envs,), np.dtype(np.int64)))
             if not codec.lossless:
-                wanted.append((f"{p}sample{j}", (n_envs, *leaf.shape), leaf.dtype))
-    wanted.append(("rewards", (n_slots, n_envs), np.dtype(np.float64)))
-    wanted.append(("terminated", (n_slots, n_envs), np.dtype(bool)))
-    wanted.append(("truncated", (n_slots, n_envs), np.dtype(bool)))
+                wanted.append((_encoded_field("sample", j, terminal), (n_envs, *leaf.shape), leaf.dtype))
+    wanted.append((_REWARDS, (n_slots, n_envs), np.dtype(np.float64)))
+    wanted.append((_TERMINATED, (n_slots, n_envs), np.dtype(bool)))
+    wanted.append((_TRUNCATED, (n_slots, n_envs), np.dtype(bool)))
     if action_leaf is not None:
-        wanted.append(("actions", (n_envs, *action_leaf.shape), action_leaf.dtype))
+        wanted.append((_ACTIONS, (n_envs, *action_leaf.shape), action_leaf.dtype))
     size = 0
     for _, shape, dtype in wanted:
         size = _aligned(size) + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
@@ -163,7 +179,7 @@ class Ring:
         # Per observation leaf: one slot's shape, dtype, first byte and size (lend_obs is per step).
         self._lend_plan = [
             None if f is None else (f.shape[1:], np.dtype(f.dtype), f.offset, f.nbytes // spec.n_slots)
-            for f in (fields.get(f"obs{j}") for j in range(spec.n_obs_leaves))
+            for f in (fields.get(_obs_field(j)) for j in range(spec.n_obs_leaves))
         ]
         base = np.frombuffer(self._mm, dtype=np.uint8)
         self.views: dict[str, np.ndarray] = {
@@ -199,11 +215,42 @@ class Ring:
 
     def obs(self, leaf_index: int) -> np.ndarray:
         """``(n_slots, n_envs, *shape)`` array of observation leaf ``leaf_index``."""
-        return self.views[f"obs{leaf_index}"]
+        return self.views[_obs_field(leaf_index)]
 
     def final(self, leaf_index: int) -> np.ndarray:
         """``(n_envs, *shape)`` terminal-observation array of leaf ``leaf_index``."""
-        return self.views[f"final{leaf_index}"]
+        return self.views[_final_field(leaf_index)]
+
+    def encoded(
+        self, leaf_index: int, terminal: bool
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+        """An encoded leaf's ``(bytes, byte counts, checksums, raw samples or None)`` arrays, of the
+        step observation or (``terminal``) of the terminal one; see the module docstring."""
+        enc, length, crc, sample = (
+            self.views.get(_encoded_field(p, leaf_index, terminal)) for p in _ENCODED_PARTS
+        )
+        assert enc is not None and length is not None and crc is not None, "not an encoded leaf"
+        return enc, length, crc, sample
+
+    @property
+    def rewards(self) -> np.ndarray:
+        """``(n_slots, n_envs)`` float64 rewards."""
+        return self.views[_REWARDS]
+
+    @property
+    def terminated(self) -> np.ndarray:
+        """``(n_slots, n_envs)`` bool terminated flags."""
+        return self.views[_TERMINATED]
+
+    @property
+    def truncated(self) -> np.ndarray:
+        """``(n_slots, n_envs)`` bool truncated flags."""
+        return self.views[_TRUNCATED]
+
+    @property
+    def actions(self) -> np.ndarray | None:
+        """``(n_envs, *action_shape)`` typed action buffer, or None for actions sent by pipe."""
+        return self.views.get(_ACTIONS)
 
     def lend_obs(self, leaf_index: int, slot: int) -> np.ndarray:
         """A new array object over observation leaf ``leaf_index`` of ``slot``, for handing out.

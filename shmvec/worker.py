@@ -12,6 +12,7 @@ anything else, and importing SB3 here would load torch in every worker (~300 MB 
 from __future__ import annotations
 
 import contextlib
+import copy
 import ctypes
 import faulthandler
 import os
@@ -28,7 +29,7 @@ import numpy as np
 
 from shmvec.errors import ObservationError
 from shmvec.layout import Leaf, check_finite, flatten, inf_allowed, leaves, write_leaf
-from shmvec.protocol import READY, RemoteError
+from shmvec.protocol import READY, Command, RemoteError
 from shmvec.ring import Ring, RingSpec
 
 if TYPE_CHECKING:
@@ -129,6 +130,12 @@ class _Worker:
         self.final: list[Any] = []
         self.encoders: list[LeafEncoder] = []
         self.finite_rules: list[bool | None] | None = None  # set by ``configure(check_finite=True)``
+        self.names: list[str] = []
+        # Autoreset: "same_step" (reset inside the step that ends an episode, SB3's way), "next_step"
+        # (reset in place of the following step) or "disabled" (the caller resets).
+        self.autoreset = "same_step"
+        self.ended = [False] * len(envs)  # envs whose next step is a reset (next_step mode, rebuilt)
+        self.next_seeds: list[int | None] = [None] * len(envs)  # seeds of those resets
 
     def attach(self, payload: tuple[RingSpec, tuple[Codec | None, ...] | None, int]) -> None:
         """Map the ring. ``payload``: the ring spec, the codec of each leaf (None: no codec at all)
@@ -152,35 +159,33 @@ class _Worker:
             self.encoders.append(encoder)
             self.obs.append(encoder.obs)
             self.final.append(encoder.final)
-        self.rewards = self.ring.views["rewards"][:, lo:hi]
-        self.terminated = self.ring.views["terminated"][:, lo:hi]
-        self.truncated = self.ring.views["truncated"][:, lo:hi]
-        actions = self.ring.views.get("actions")
+        self.rewards = self.ring.rewards[:, lo:hi]
+        self.terminated = self.ring.terminated[:, lo:hi]
+        self.truncated = self.ring.truncated[:, lo:hi]
+        actions = self.ring.actions
         self.actions = None if actions is None else actions[lo:hi]
+        self.names = [leaf.name for leaf in self.leaves]
 
     def configure(self, payload: dict[str, Any]) -> None:
+        """Options sent after ``attach``: ``check_finite`` (bool), ``autoreset`` (mode name), and
+        ``reset_seeds`` (one per env: reset every env, with that seed, in place of its next step)."""
         if payload.get("check_finite"):
             self.finite_rules = inf_allowed(self.space)
+        self.autoreset = payload.get("autoreset", self.autoreset)
+        seeds = payload.get("reset_seeds")
+        if seeds is not None:
+            self.ended = [True] * len(self.envs)
+            self.next_seeds = list(seeds)
 
-    def check_finite(self, slot: int, finals: bool) -> None:
-        """Refuse NaN (and inf where the bounds are finite) in this worker's rows of ``slot`` and, after
-        a step, in the terminal observations of envs that ended."""
-        assert self.finite_rules is not None
-        names = [leaf.name for leaf in self.leaves]
-        areas = [("", [a[slot] for a in self.obs], np.arange(len(self.envs)))]
-        if finals:
-            ended = np.flatnonzero(self.terminated[slot] | self.truncated[slot])
-            areas.append(("terminal ", [a[ended] for a in self.final], ended))
-        for what, arrays, rows in areas:
-            found = check_finite(arrays, self.finite_rules, names)
-            if found is not None:
-                row, message = found
-                self.current = int(rows[row])
-                raise ObservationError(f"env {self.first_env + self.current}, {what}{message}")
-
-    def write(self, dst: list[np.ndarray], i: int, obs: Any) -> None:
+    def write(self, dst: list[np.ndarray], i: int, obs: Any, terminal: bool = False) -> None:
         env_index = self.first_env + i
-        for leaf, arr, value in zip(self.leaves, dst, flatten(self.space, obs, [])):
+        values = flatten(self.space, obs, [])
+        if self.finite_rules is not None:
+            # Checked on the values, before any codec: works the same for raw and encoded leaves.
+            found = check_finite([np.asarray(v)[None] for v in values], self.finite_rules, self.names)
+            if found is not None:
+                raise ObservationError(f"env {env_index}, {'terminal ' if terminal else ''}{found[1]}")
+        for leaf, arr, value in zip(self.leaves, dst, values):
             write_leaf(arr, i, value, leaf, env_index)
 
     def step(self, payload: tuple[int, Any]) -> list[tuple[int, dict, dict | None]]:
@@ -189,21 +194,36 @@ class _Worker:
             actions = self.actions
         obs_slot = [a[slot] for a in self.obs]
         rewards, terminated, truncated = self.rewards[slot], self.terminated[slot], self.truncated[slot]
+        same_step = self.autoreset == "same_step"
+        ended = self.ended
         replies = []
         for i, env in enumerate(self.envs):
             self.current = i
-            action = actions[i]
-            if isinstance(action, np.ndarray):
-                # A view into the ring (or into the unpickled batch) must not be kept by the env.
-                action = action.copy()
-            obs, reward, term, trunc, info = _check_step(env.step(action), self.first_env + i)
             reset_info = None
-            if term or trunc:
-                # The terminal observation goes to its own area before the reset obs fills the slot.
-                self.write(self.final, i, obs)
-                obs, reset_info = _check_reset(env.reset(), self.first_env + i)
-                for encoder in self.encoders:
-                    encoder.restart(i)
+            if ended[i]:
+                # next_step mode: the episode ended in the last step; this step is its reset.
+                ended[i] = False
+                seed, self.next_seeds[i] = self.next_seeds[i], None
+                obs, info = _check_reset(env.reset(seed=seed), self.first_env + i)
+                self._restart_codecs(i)
+                term = trunc = False
+                reward = 0.0
+            else:
+                action = actions[i]
+                if isinstance(action, np.ndarray):
+                    # A view into the ring (or into the unpickled batch) must not be kept by the env.
+                    action = action.copy()
+                obs, reward, term, trunc, info = _check_step(env.step(action), self.first_env + i)
+                if term or trunc:
+                    if same_step:
+                        # The terminal observation goes to its own area before the reset obs fills
+                        # the slot, and the info is copied: an env may reuse and mutate both in reset().
+                        self.write(self.final, i, obs, terminal=True)
+                        info = copy.deepcopy(info)
+                        obs, reset_info = _check_reset(env.reset(), self.first_env + i)
+                        self._restart_codecs(i)
+                    elif self.autoreset == "next_step":
+                        ended[i] = True
             self.write(obs_slot, i, obs)
             rewards[i] = reward
             terminated[i] = term
@@ -213,16 +233,24 @@ class _Worker:
         self.current = None
         return replies
 
-    def reset(self, payload: tuple[int, list, list]) -> list[dict]:
-        slot, seeds, options = payload
+    def _restart_codecs(self, i: int) -> None:
+        for encoder in self.encoders:
+            encoder.restart(i)
+
+    def reset(self, payload: tuple[int, list, list, list[bool] | None]) -> list[dict | None]:
+        """Reset the envs (all, or those of ``mask``); their reset infos, None for envs not reset."""
+        slot, seeds, options, mask = payload
         obs_slot = [a[slot] for a in self.obs]
-        infos = []
+        infos: list[dict | None] = []
         for i, env in enumerate(self.envs):
+            if mask is not None and not mask[i]:
+                infos.append(None)
+                continue
             self.current = i
+            self.ended[i], self.next_seeds[i] = False, None
             maybe_options = {"options": options[i]} if options[i] else {}
             obs, info = _check_reset(env.reset(seed=seeds[i], **maybe_options), self.first_env + i)
-            for encoder in self.encoders:
-                encoder.restart(i)
+            self._restart_codecs(i)
             self.write(obs_slot, i, obs)
             infos.append(info)
         self.current = None
@@ -251,6 +279,22 @@ class _Worker:
     def env_method(self, payload: tuple[list[int], str, tuple, dict]) -> list[Any]:
         indices, name, args, kwargs = payload
         return self._each(indices, lambda env: env.get_wrapper_attr(name)(*args, **kwargs))
+
+    def call(self, payload: tuple[list[int], str, tuple, dict]) -> list[Any]:
+        indices, name, args, kwargs = payload
+
+        def one(env: gym.Env) -> Any:
+            attr = env.get_wrapper_attr(name)
+            return attr(*args, **kwargs) if callable(attr) else attr
+
+        return self._each(indices, one)
+
+    def set_wrapper_attr(self, payload: tuple[list[int], str, list[Any]]) -> None:
+        indices, name, values = payload  # values: one per env of the whole vector env
+        for i in indices:
+            self.current = i
+            self.envs[i].set_wrapper_attr(name, values[self.first_env + i])
+        self.current = None
 
     def is_wrapped(self, payload: tuple[list[int], type]) -> list[bool]:
         indices, wrapper_class = payload
@@ -308,9 +352,9 @@ def _unpicklable(
         for i, info, reset_info in result:
             items += [(i, "info", info), (i, "reset info", reset_info or {})]
     elif cmd == "reset":
-        items = [(i, "reset info", info) for i, info in enumerate(result)]
+        items = [(i, "reset info", info) for i, info in enumerate(result) if info is not None]
     elif isinstance(payload, tuple) and isinstance(result, list):
-        what = f"the result of {_command_name(cmd, payload)}"
+        what = f"the result of {Command(cmd).label(payload)}"
         items = [(i, what, {None: value}) for i, value in zip(payload[0], result)]
     for i, what, values in items:
         for key, value in values.items():
@@ -333,12 +377,6 @@ def _has_wrapper_attr(env: gym.Env, name: str) -> bool:
     except AttributeError:
         return False
     return True
-
-
-def _command_name(cmd: str, payload: Any) -> str:
-    if cmd in ("get_attr", "has_attr", "set_attr", "env_method") and isinstance(payload, tuple):
-        return f"{cmd}:{payload[1]}"
-    return cmd
 
 
 _fault_file: Any = None  # kept open for faulthandler for the life of the worker
@@ -392,17 +430,20 @@ def worker_main(
         return
     conn.send((True, (READY, spaces_)))
 
+    # Keyed by Command members, which hash and compare equal to the plain strings that arrive.
     handlers: dict[str, Callable[[Any], Any]] = {
-        "attach": worker.attach,
-        "step": worker.step,
-        "reset": worker.reset,
-        "get_attr": worker.get_attr,
-        "has_attr": worker.has_attr,
-        "set_attr": worker.set_attr,
-        "env_method": worker.env_method,
-        "is_wrapped": worker.is_wrapped,
-        "render": worker.render,
-        "configure": worker.configure,
+        Command.ATTACH: worker.attach,
+        Command.STEP: worker.step,
+        Command.RESET: worker.reset,
+        Command.GET_ATTR: worker.get_attr,
+        Command.HAS_ATTR: worker.has_attr,
+        Command.SET_ATTR: worker.set_attr,
+        Command.ENV_METHOD: worker.env_method,
+        Command.CALL: worker.call,
+        Command.SET_WRAPPER_ATTR: worker.set_wrapper_attr,
+        Command.IS_WRAPPED: worker.is_wrapped,
+        Command.RENDER: worker.render,
+        Command.CONFIGURE: worker.configure,
     }
     try:
         while True:
@@ -410,23 +451,21 @@ def worker_main(
                 cmd, payload = conn.recv()
             except (EOFError, OSError):
                 break  # the main process is gone
-            if cmd == "close":
+            if cmd == Command.CLOSE:
                 break
             try:
                 result = handlers[cmd](payload)
-                if worker.finite_rules is not None and cmd in ("step", "reset"):
-                    worker.check_finite(payload[0], finals=cmd == "step")
             except Exception as exc:
                 env_index = None if worker.current is None else first_env + worker.current
                 worker.current = None
-                conn.send((False, RemoteError.capture(exc, env_index, _command_name(cmd, payload), pid)))
+                conn.send((False, RemoteError.capture(exc, env_index, Command(cmd).label(payload), pid)))
                 continue
             try:
                 conn.send((True, result))
             except Exception as exc:  # e.g. an info dict or attribute value that cannot be pickled
                 # Pickling fails before anything is written, so the pipe is still in step.
                 env_index, exc = _unpicklable(cmd, payload, result, first_env, exc)
-                conn.send((False, RemoteError.capture(exc, env_index, _command_name(cmd, payload), pid)))
+                conn.send((False, RemoteError.capture(exc, env_index, Command(cmd).label(payload), pid)))
     finally:
         worker.close()
         conn.close()

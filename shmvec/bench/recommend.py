@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from shmvec.bench.results import BenchResult, Point
 from shmvec.bench.stats import overlaps
-
-if TYPE_CHECKING:
-    from shmvec.bench.runner import BenchResult, Point
 
 # Share of a batch step above which one component is called the bottleneck.
 _BOUND_SHARE = 0.5

@@ -1,0 +1,130 @@
+"""The engine's options, checked once: every face passes its parameters through :meth:`Options.checked`."""
+
+from __future__ import annotations
+
+import functools
+import multiprocessing as mp
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+import gymnasium as gym
+
+from shmvec.codecs import Codec, CodecSpec
+from shmvec.engine.pool import usable_cpus
+from shmvec.frame_stack import ChannelsOrder, stacked_factory
+from shmvec.layout import Leaf
+from shmvec.restart import ON_CRASH_MODES, RestartBudget
+
+if TYPE_CHECKING:
+    from shmvec.fidelity import Tolerance
+
+AUTORESET_MODES = ("same_step", "next_step", "disabled")
+
+
+@dataclass(frozen=True)
+class Options:
+    """What :class:`shmvec.ShmVecEnv` documents, plus ``autoreset``: ``"same_step"`` (an env whose
+    episode ends is reset in the same step), ``"next_step"`` (reset in place of its next step) or
+    ``"disabled"`` (the caller resets it)."""
+
+    n_workers: int | None = None
+    copy: bool = True
+    n_slots: int | None = None
+    worker_threads: int | None = 1
+    timeout: float | None = None
+    codec: CodecSpec = None
+    verify_every: int = 100
+    tolerance: Tolerance | None = None
+    decode_threads: int | None = None
+    on_crash: str = "raise"
+    max_restarts: int = 10
+    restart_window: float | None = 60.0
+    check_finite: bool = False
+    autoreset: str = "same_step"
+    pause_openmp: bool = True
+    frame_stack: int | None = None
+    frame_stack_channels_order: ChannelsOrder = None
+
+    def checked(self, n_envs: int) -> Options:
+        """These options with the defaults that depend on ``n_envs`` filled in.
+
+        :raises ValueError: naming the option that is out of range.
+        """
+        n_workers = min(n_envs, usable_cpus()) if self.n_workers is None else self.n_workers
+        if not 1 <= n_workers <= n_envs:
+            raise ValueError(f"n_workers must be between 1 and n_envs={n_envs}, got {n_workers}")
+        n_slots = (3 if self.copy else 2) if self.n_slots is None else self.n_slots
+        if n_slots < 1:
+            raise ValueError(f"n_slots must be >= 1, got {n_slots}")
+        if not self.copy and n_slots < 2:
+            raise ValueError("copy=False needs n_slots >= 2: SB3 keeps the previous observation one step")
+        if self.verify_every < 0:
+            raise ValueError(f"verify_every must be >= 0 (0: never verify), got {self.verify_every}")
+        if self.timeout is not None and self.timeout <= 0:
+            raise ValueError(f"timeout must be > 0 seconds or None, got {self.timeout}")
+        if self.on_crash not in ON_CRASH_MODES:
+            raise ValueError(f"on_crash must be one of {ON_CRASH_MODES}, got {self.on_crash!r}")
+        if self.on_crash == "restart" and n_slots < 2:
+            raise ValueError(
+                "on_crash='restart' needs n_slots >= 2: the last observation of a crashed env is read "
+                "from the previous slot"
+            )
+        if self.autoreset not in AUTORESET_MODES:
+            raise ValueError(f"autoreset must be one of {AUTORESET_MODES}, got {self.autoreset!r}")
+        if self.codec is not None and (self.on_crash == "restart" or self.check_finite):
+            # Both read raw observations from the ring slots, which hold encoded bytes with a codec.
+            raise ValueError("on_crash='restart' and check_finite=True do not work with a codec yet")
+        RestartBudget(self.max_restarts, self.restart_window)  # checks its own arguments
+        fs = self.frame_stack
+        if fs is not None and (isinstance(fs, bool) or not isinstance(fs, int) or fs < 1):
+            raise ValueError(f"frame_stack must be a whole number >= 1 or None, got {fs!r}")
+        return replace(self, n_workers=n_workers, n_slots=n_slots)
+
+    def env_fns(self, env_fns: list[Callable[[], gym.Env]]) -> list[Callable[[], gym.Env]]:
+        """The factories the workers call: with ``frame_stack``, each env comes out of its worker
+        already stacked (see :mod:`shmvec.frame_stack`), so the main process does no stacking work."""
+        if self.frame_stack is None:
+            return env_fns
+        return [
+            functools.partial(stacked_factory, fn, self.frame_stack, self.frame_stack_channels_order)
+            for fn in env_fns
+        ]
+
+    def budget(self) -> RestartBudget:
+        return RestartBudget(self.max_restarts, self.restart_window)
+
+    def worker_options(self) -> dict[str, Any]:
+        """The ``configure`` payload for workers (empty: nothing to send)."""
+        out: dict[str, Any] = {"check_finite": True} if self.check_finite else {}
+        if self.autoreset != "same_step":
+            out["autoreset"] = self.autoreset
+        return out
+
+    def leaf_codecs(self, obs_leaves: list[Leaf]) -> tuple[Codec | None, ...] | None:
+        """The codec of each observation leaf, or None when nothing is encoded (the default path)."""
+        if self.codec is None:
+            return None
+        from shmvec.codecs import per_leaf
+        from shmvec.codecs.channel import check_lossy
+
+        names = [leaf.name for leaf in obs_leaves]
+        codecs = per_leaf(self.codec, names, [(leaf.shape, leaf.dtype) for leaf in obs_leaves])
+        check_lossy(codecs, names, self.tolerance)
+        return None if all(c is None for c in codecs) else tuple(codecs)
+
+    def decode_threads_for(self, codecs: tuple[Codec | None, ...] | None) -> int:
+        """Decode threads: as given, else as many as usable CPUs when every codec releases the GIL."""
+        if self.decode_threads is not None:
+            return self.decode_threads
+        if codecs is None:
+            return 1
+        return usable_cpus() if all(c is None or c.releases_gil for c in codecs) else 1
+
+
+def context(start_method: str | None) -> tuple[str, Any]:
+    """The start method (default as SubprocVecEnv: forkserver where available, else spawn) and its
+    multiprocessing context; ``ValueError("cannot find context for ...")`` like SB3 for a bad name."""
+    if start_method is None:
+        start_method = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
+    return start_method, mp.get_context(start_method)

@@ -1,0 +1,387 @@
+"""The worker processes: start, replace, stop; send commands; collect replies with their failures.
+
+:meth:`WorkerPool.call` never raises for what a worker did: it returns an :class:`Outcome` with the
+results, the exceptions the envs raised and the workers that died or hung, and the caller decides
+(raise, or rebuild the worker). Releasing everything goes through one path, :meth:`Resources.release`,
+which a ``weakref.finalize`` also runs if the owner is garbage collected unclosed.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import pickle
+import select
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Sequence
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from typing import Any
+
+import cloudpickle
+
+from shmvec.engine.failures import crash_error, timeout_error
+from shmvec.protocol import Command, RemoteError
+from shmvec.restart import Fault
+from shmvec.ring import Ring
+from shmvec.worker import thread_env, worker_main
+
+# How long close() lets a worker finish its current command and exit before terminating it (s).
+_CLOSE_GRACE_S = 5.0
+# Starting a worker (imports, env factories) may take longer than a step: the start-up wait is at
+# least this long even with a short ``timeout`` (s). A dead worker is still noticed at once.
+_STARTUP_TIMEOUT_S = 60.0
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on (affinity mask / cgroup-limited where the OS tells)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def split_envs(n_envs: int, n_workers: int) -> list[range]:
+    """Contiguous groups of env indices, sizes differing by at most one (the first ones larger)."""
+    base, extra = divmod(n_envs, n_workers)
+    groups, start = [], 0
+    for w in range(n_workers):
+        size = base + (1 if w < extra else 0)
+        groups.append(range(start, start + size))
+        start += size
+    return groups
+
+
+@dataclass
+class Outcome:
+    """What a command to some workers came back with.
+
+    :param results: per worker asked, in that order: its result, or None when it failed.
+    :param errors: worker -> the exception its env raised (the worker lives on).
+    :param faults: workers that died or did not answer within the timeout, in worker order.
+    """
+
+    results: list[Any]
+    errors: dict[int, RemoteError] = field(default_factory=dict)
+    faults: list[Fault] = field(default_factory=list)
+
+
+class Resources:
+    """What must be released whatever happens: processes, pipes, fault logs, the ring, the reader.
+
+    Kept apart from the engine so a ``weakref.finalize`` can release them without keeping it alive.
+    """
+
+    def __init__(self) -> None:
+        self.processes: list[Any] = []
+        self.remotes: list[Connection] = []
+        self.ring: Ring | None = None
+        self.reader: Any = None  # an engine.reader.Reader once built (its decode threads)
+        # Per worker: an fd of the file its faulthandler writes to (unlinked once the worker runs).
+        self.fault_logs: list[tuple[int, str]] = []
+
+    def close_fault_log(self, w: int) -> None:
+        fd, path = self.fault_logs[w]
+        with suppress(OSError):
+            os.unlink(path)
+        with suppress(OSError):
+            os.close(fd)
+
+    def release(self, graceful: bool = True) -> None:
+        """Stop the workers (``graceful``: ask first, then terminate), close pipes, free the ring."""
+        if self.reader is not None:
+            self.reader.close()
+            self.reader = None
+        if graceful:
+            close = pickle.dumps((Command.CLOSE.value, None), pickle.HIGHEST_PROTOCOL)
+            for remote in self.remotes:
+                with suppress(OSError, ValueError):
+                    remote.send_bytes(close)
+            deadline = time.monotonic() + _CLOSE_GRACE_S
+            for process, remote in zip(self.processes, self.remotes):
+                while process.is_alive() and time.monotonic() < deadline:
+                    # Drain a reply the worker may be blocked sending (a step left pending).
+                    try:
+                        while remote.poll():
+                            remote.recv_bytes()
+                    except (OSError, EOFError, ValueError):
+                        pass
+                    process.join(0.02)
+        for process in self.processes:
+            if process.is_alive():
+                process.terminate()
+                process.join(1.0)
+            if process.is_alive():
+                process.kill()
+                process.join(1.0)
+        for remote in self.remotes:
+            remote.close()
+        for process in self.processes:
+            try:
+                process.close()
+            except ValueError:  # still running after kill: leave it to the OS
+                pass
+        for w in range(len(self.fault_logs)):
+            self.close_fault_log(w)
+        self.fault_logs = []
+        if self.ring is not None:
+            self.ring.close()
+            self.ring = None
+
+
+class WorkerPool:
+    """The worker processes of one engine and the pipes to them.
+
+    :param ctx: the multiprocessing context.
+    :param start_method: its name (for error hints and whether factories are pickled).
+    :param worker_envs: the env indices of each worker.
+    :param env_fns: all env factories.
+    :param worker_threads: BLAS/OpenMP threads per worker (None: the libraries' defaults).
+    :param timeout: seconds a reply may take (None: no limit; a dead worker is noticed at once).
+    """
+
+    def __init__(
+        self,
+        ctx: Any,
+        start_method: str,
+        worker_envs: list[range],
+        env_fns: list[Callable[[], Any]],
+        worker_threads: int | None,
+        timeout: float | None,
+    ) -> None:
+        self.ctx, self.start_method, self.worker_envs = ctx, start_method, worker_envs
+        self.worker_threads, self.timeout = worker_threads, timeout
+        self.res = Resources()
+        # Kept in the main process: a replaced worker is rebuilt from them.
+        self.worker_fns: list[bytes | list[Callable[[], Any]]] = []
+        for group in worker_envs:
+            group_fns = [env_fns[i] for i in group]
+            pickled = start_method != "fork"
+            self.worker_fns.append(
+                _pickle_factories(group_fns, group.start, start_method) if pickled else group_fns
+            )
+
+    @property
+    def n_workers(self) -> int:
+        return len(self.worker_envs)
+
+    def start(self, w: int) -> None:
+        """Start worker ``w`` (new, or in place of a dead one) and wait until its envs exist.
+
+        The start-up reply (the spaces of its envs) is read by the caller through :meth:`gather`.
+        """
+        res = self.res
+        fault_log = tempfile.mkstemp(prefix=f"shmvec-worker-{w}-", suffix=".fault")
+        if w < len(res.fault_logs):
+            res.close_fault_log(w)
+            res.fault_logs[w] = fault_log
+        else:
+            res.fault_logs.append(fault_log)
+        remote, work_remote = self.ctx.Pipe()
+        # The pipe is created right before its own worker so no other worker inherits the
+        # child end: a dead worker then shows up as EOF instead of a silent hang.
+        process = self.ctx.Process(
+            target=worker_main,
+            args=(
+                work_remote,
+                self.worker_fns[w],
+                self.worker_envs[w].start,
+                self.worker_threads,
+                fault_log[1],
+            ),
+            daemon=True,
+            name=f"shmvec-worker-{w}",
+        )
+        with _environ(thread_env(self.worker_threads)):
+            process.start()
+        work_remote.close()
+        if w < len(res.processes):
+            res.processes[w], res.remotes[w] = process, remote
+        else:
+            res.processes.append(process)
+            res.remotes.append(remote)
+
+    def started(self, workers: Sequence[int], stop_on_fault: bool) -> Outcome:
+        """Wait for the start-up replies of ``workers``, then unlink their fault logs' names (the
+        workers have opened them; the main process reads them through its own fds)."""
+        outcome = self.gather(workers, Command.MAKE_ENV.value, stop_on_fault)
+        for w in workers:
+            with suppress(OSError):
+                os.unlink(self.res.fault_logs[w][1])
+        return outcome
+
+    def kill(self, w: int) -> None:
+        """SIGKILL worker ``w`` and reap it (a hung or broken env gets no chance to clean up: its envs
+        are rebuilt anyway, and the shared memory belongs to the main process)."""
+        process = self.res.processes[w]
+        if process.is_alive():
+            process.kill()
+        process.join(5.0)
+
+    def replace(self, w: int) -> None:
+        """Kill worker ``w`` and start a new one from the same factories."""
+        self.kill(w)
+        self.res.remotes[w].close()
+        with suppress(ValueError):
+            self.res.processes[w].close()
+        self.start(w)
+
+    def send(self, w: int, cmd: Command, payload: Any) -> bool:
+        """Send one command; False if the worker's pipe is broken (it died: the wait that follows
+        reports how)."""
+        try:
+            # Plain pickle + send_bytes: Connection.send builds a ForkingPickler per message, which
+            # costs more than the rest of sending a step command.
+            self.res.remotes[w].send_bytes(pickle.dumps((cmd.value, payload), pickle.HIGHEST_PROTOCOL))
+        except (BrokenPipeError, ConnectionResetError, EOFError):
+            return False
+        return True
+
+    def call(
+        self,
+        cmd: Command,
+        payloads: Sequence[Any],
+        workers: Iterable[int],
+        label: str,
+        stop_on_fault: bool,
+    ) -> Outcome:
+        """Send ``cmd`` with one payload to each of ``workers``, then :meth:`gather` their replies."""
+        workers = list(workers)
+        for w, payload in zip(workers, payloads):
+            if not self.send(w, cmd, payload) and stop_on_fault:
+                return Outcome([None] * len(workers), faults=[self.lost(w, label)])
+        return self.gather(workers, label, stop_on_fault)
+
+    def lost(self, w: int, command: str) -> Fault:
+        """The fault of dead worker ``w`` (waits up to 1 s for its exit code)."""
+        process = self.res.processes[w]
+        process.join(1.0)
+        error = crash_error(
+            w,
+            process.pid,
+            self.worker_envs[w],
+            process.exitcode,
+            command,
+            self._fault_text(w),
+            self.start_method,
+        )
+        return Fault(w, error.args[0], error)
+
+    def hung(self, w: int, command: str, outcome: str) -> Fault:
+        """The fault of worker ``w`` that did not answer ``command`` in time."""
+        assert self.timeout is not None
+        error = timeout_error(
+            w, self.res.processes[w].pid, self.worker_envs[w], command, self.timeout, outcome
+        )
+        return Fault(w, error.args[0], error)
+
+    def gather(self, workers: Iterable[int], command: str, stop_on_fault: bool) -> Outcome:
+        """Wait for one reply from each worker, watching for death and the timeout.
+
+        Every worker is waited for even after one reports an env error, so the pipes stay in step.
+        ``stop_on_fault``: return at the first dead or hung worker (the caller closes everything);
+        else hung workers are killed and every fault is collected.
+        """
+        workers = list(workers)
+        remotes, processes = self.res.remotes, self.res.processes
+        results: dict[int, Any] = {}
+        errors: dict[int, RemoteError] = {}
+        faults: dict[int, Fault] = {}
+        timeout = self.timeout
+        if command == Command.MAKE_ENV and timeout is not None:
+            timeout = max(timeout, _STARTUP_TIMEOUT_S)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        # A bare poll object, not multiprocessing.connection.wait: that builds a selectors object on
+        # every call, which was a third of the main process's CPU time per step on Pong.
+        poller = select.poll()
+        watched: dict[int, tuple[int, bool]] = {}  # fd -> (worker, is its process sentinel)
+        for w in workers:
+            watched[remotes[w].fileno()] = (w, False)
+            watched[processes[w].sentinel] = (w, True)
+        for fd in watched:
+            poller.register(fd, select.POLLIN)
+        pending = set(workers)
+
+        def forget(w: int) -> None:
+            pending.discard(w)
+            for fd in (remotes[w].fileno(), processes[w].sentinel):
+                if watched.pop(fd, None) is not None:
+                    poller.unregister(fd)
+
+        while pending:
+            wait_ms = None if deadline is None else math.ceil(max(0.0, deadline - time.monotonic()) * 1000)
+            events = poller.poll(wait_ms)
+            if not events:
+                hung = sorted(pending)
+                if stop_on_fault:
+                    faults[hung[0]] = self.hung(hung[0], command, "it was killed and the VecEnv closed")
+                    break
+                for w in hung:
+                    self.kill(w)
+                    faults[w] = self.hung(w, command, "it was killed and will be restarted")
+                break
+            for fd, _ in events:
+                if fd not in watched:
+                    continue
+                w, is_sentinel = watched[fd]
+                if is_sentinel:  # the process ended; a reply it sent first is still read
+                    if not remotes[w].poll():
+                        faults[w] = self.lost(w, command)
+                        forget(w)
+                    continue
+                try:
+                    ok, payload = pickle.loads(remotes[w].recv_bytes())
+                except (EOFError, OSError):
+                    faults[w] = self.lost(w, command)
+                    forget(w)
+                    continue
+                forget(w)
+                if ok:
+                    results[w] = payload
+                else:
+                    errors[w] = payload
+            if faults and stop_on_fault:
+                break
+        return Outcome([results.get(w) for w in workers], errors, [faults[w] for w in sorted(faults)])
+
+    def _fault_text(self, w: int) -> str:
+        try:
+            return os.pread(self.res.fault_logs[w][0], 1 << 16, 0).decode(errors="replace")
+        except (OSError, IndexError):
+            return ""
+
+
+def _pickle_factories(fns: list[Callable[[], Any]], first: int, method: str) -> bytes:
+    """Cloudpickle a worker's factories now, so an unpicklable one fails here with a useful message."""
+    try:
+        return cloudpickle.dumps(fns)
+    except Exception:
+        for i, fn in enumerate(fns):
+            try:
+                cloudpickle.dumps(fn)
+            except Exception as fn_exc:
+                exc = fn_exc
+                first += i
+                break
+        raise TypeError(
+            f"the factory of env {first} cannot be pickled, which the '{method}' start method needs "
+            f"({type(exc).__name__}: {exc}). Make it a module-level function or a functools.partial of "
+            "picklable arguments, or use start_method='fork'."
+        ) from exc
+
+
+@contextmanager
+def _environ(values: dict[str, str]) -> Any:
+    """Set environment variables for the duration of a worker start (spawn children read them)."""
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v

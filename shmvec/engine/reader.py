@@ -1,0 +1,261 @@
+"""Observations out of the ring: one path for raw and encoded leaves.
+
+Each observation leaf is either raw (batched arrays in the ring slots, lent or copied out) or
+encoded (bytes in the ring, decoded here; see :mod:`shmvec.codecs.channel` for the worker side).
+:meth:`Reader.read` returns the leaf arrays of a batch and the terminal leaves of the envs whose
+episode ended, whatever mix of leaves the space has, so restart mode, masked resets and
+``check_finite`` work the same with or without a codec.
+
+Encoded leaves: each env's terminal observation (if its episode ended) is decoded before its step
+observation, the order the worker encoded them, and sampled frames are checked: a checksum
+mismatch raises :class:`~shmvec.errors.CodecMismatchError`, a lossy error beyond the user's
+:class:`~shmvec.fidelity.Tolerance` raises or warns. Envs are decoded in a thread pool when the
+codecs release the GIL.
+"""
+
+from __future__ import annotations
+
+import warnings
+import zlib
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor, wait
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from shmvec.codecs.base import Codec, CodecError, byte_view
+from shmvec.engine.slots import Slots
+from shmvec.errors import CodecMismatchError, FidelityError, FidelityWarning
+from shmvec.layout import Leaf
+from shmvec.ring import Ring
+
+if TYPE_CHECKING:
+    from shmvec.fidelity import Tolerance
+
+
+class _Decoded:
+    """One encoded leaf: a codec stream per env, the ring areas to read, where batches go."""
+
+    def __init__(
+        self, codec: Codec, leaf: Leaf, ring: Ring, j: int, n_envs: int, n_slots: int, copy: bool
+    ) -> None:
+        self.codec, self.leaf = codec, leaf
+        self.streams = [codec.new_stream(leaf.shape, leaf.dtype) for _ in range(n_envs)]
+        # (encoded bytes, byte counts, checksums, raw samples or None) of step and terminal obs.
+        self.areas = [ring.encoded(j, terminal) for terminal in (False, True)]
+        # copy=False hands out read-only views of buffers kept per slot, like the raw ring.
+        self.kept = None if copy else np.zeros((n_slots, n_envs, *leaf.shape), leaf.dtype)
+        self.readonly = None
+        if self.kept is not None:
+            self.readonly = self.kept.view()
+            self.readonly.flags.writeable = False
+
+    def output(self, slot: int) -> tuple[np.ndarray, np.ndarray]:
+        """The array to decode this batch into, and the one to return (read-only if kept)."""
+        if self.kept is None:
+            out = np.empty((len(self.streams), *self.leaf.shape), self.leaf.dtype)
+            return out, out
+        assert self.readonly is not None
+        return self.kept[slot], self.readonly[slot]
+
+
+class Reader:
+    """Reads batches of observation leaves out of the ring.
+
+    :param leaves: the observation leaves.
+    :param ring: the ring.
+    :param codecs: one codec or None (raw) per leaf; None: every leaf raw.
+    :param slots: the ring's slot rotation (raw leaves are lent from it with ``copy=True``).
+    :param copy: True: the caller owns what it gets; False: read-only views valid for
+        ``n_slots - 1`` more batches.
+    :param tolerance: what a lossy codec may change (required when any codec is lossy).
+    :param threads: decode threads (1: in the calling thread).
+    """
+
+    def __init__(
+        self,
+        leaves: list[Leaf],
+        ring: Ring,
+        codecs: Sequence[Codec | None] | None,
+        slots: Slots,
+        copy: bool,
+        tolerance: Tolerance | None = None,
+        threads: int = 1,
+    ) -> None:
+        n_envs = ring.rewards.shape[1]
+        self.ring, self.slots, self.copy, self.tolerance, self.n_envs = ring, slots, copy, tolerance, n_envs
+        codecs = codecs or [None] * len(leaves)
+        self.decoded: dict[int, _Decoded] = {
+            j: _Decoded(c, leaf, ring, j, n_envs, slots.n_slots, copy)
+            for j, (c, leaf) in enumerate(zip(codecs, leaves))
+            if c is not None
+        }
+        self.raw = [j for j in range(len(leaves)) if j not in self.decoded]
+        # Views of our own: made read-only for copy=False without locking the ring's arrays.
+        self.obs_views = {j: ring.obs(j).view() for j in self.raw}
+        self.final_views = {j: ring.final(j) for j in self.raw}
+        self.n_leaves = len(leaves)
+        if not copy:
+            for view in self.obs_views.values():
+                view.flags.writeable = False
+        self.steps = 0
+        # The batch returned last, for envs whose rows are carried over (masked reset, restart).
+        self._last_decoded: dict[int, np.ndarray] = {}
+        self._previous_copy: dict[int, np.ndarray] | None = None
+        threads = max(1, min(threads, n_envs)) if self.decoded else 1
+        self.pool = ThreadPoolExecutor(threads, thread_name_prefix="shmvec-decode") if threads > 1 else None
+        bounds = np.linspace(0, n_envs, threads + 1).astype(int)
+        self.chunks = [range(lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:]) if hi > lo]
+
+    def keep_previous(self) -> None:
+        """Call after ``slots.advance()`` when :meth:`previous` will be needed: if the workers are about
+        to overwrite the slot of the last batch (every other slot still lent), copy it first."""
+        slots = self.slots
+        self._previous_copy = None
+        if slots.current == slots.previous:
+            self._previous_copy = {j: v[slots.previous].copy() for j, v in self.obs_views.items()}
+
+    def previous(self, rows: Sequence[int] | np.ndarray | slice) -> list[np.ndarray]:
+        """Copies of ``rows`` of the batch returned last, per leaf (after :meth:`keep_previous`).
+
+        Raw leaves come from the previous slot, which the workers do not write in this step
+        (n_slots >= 2); encoded ones from the last decoded batch.
+        """
+        out = []
+        for j in range(self.n_leaves):
+            if j in self.decoded:
+                out.append(self._last_decoded[j][rows].copy())
+            elif self._previous_copy is not None:
+                out.append(self._previous_copy[j][rows].copy())
+            else:
+                out.append(self.obs_views[j][self.slots.previous][rows].copy())
+        return out
+
+    def read(
+        self,
+        slot: int,
+        done: Sequence[int] = (),
+        is_step: bool = True,
+        only: Sequence[int] | np.ndarray | None = None,
+    ) -> tuple[list[np.ndarray], dict[int, list[np.ndarray]]]:
+        """The leaf arrays of the batch in ``slot`` and the terminal leaves of the ``done`` envs.
+
+        :param is_step: count the batch as a step (for the step number in codec errors).
+        :param only: the envs the workers wrote (a masked reset); the others keep the rows of the
+            batch returned last (needs :meth:`keep_previous`).
+        """
+        if is_step:
+            self.steps += 1
+        keep = None if only is None else np.setdiff1d(np.arange(self.n_envs), only)
+        if keep is not None and len(keep):
+            carried = self.previous(keep)
+            for j in self.obs_views:
+                self.ring.obs(j)[slot][keep] = carried[j]
+        arrays: list[np.ndarray] = [None] * self.n_leaves  # type: ignore[list-item]
+        if not self.copy:
+            for j, view in self.obs_views.items():
+                arrays[j] = view[slot]
+        elif self.obs_views:
+            if self.slots.can_lend(slot):
+                # Lend the slot itself (no copy) while another stays free for the next write.
+                lent = self.slots.lent[slot] = [self.ring.lend_obs(j, slot) for j in self.obs_views]
+                for j, arr in zip(self.obs_views, lent):
+                    arrays[j] = arr
+            else:
+                for j, view in self.obs_views.items():
+                    arrays[j] = view[slot].copy()
+        finals: dict[int, list[np.ndarray]] = {i: [] for i in done}
+        if not self.decoded:
+            for i in done:
+                finals[i] = [v[i].copy() for v in self.final_views.values()]
+            return arrays, finals
+        outs: dict[int, np.ndarray] = {}
+        for j, part in self.decoded.items():
+            outs[j], arrays[j] = part.output(slot)
+        envs = range(self.n_envs) if only is None else list(only)
+        if self.pool is None or only is not None:
+            self._decode_envs(envs, outs, finals)
+        else:
+            futures = [self.pool.submit(self._decode_envs, c, outs, finals) for c in self.chunks]
+            wait(futures)  # all of them, even when one fails: none may still run during the next step
+            for future in futures:
+                future.result()
+        if keep is not None and len(keep):
+            for j in self.decoded:
+                outs[j][keep] = carried[j]
+        self._last_decoded = {j: arrays[j] for j in self.decoded}
+        return arrays, finals
+
+    def _decode_envs(self, envs: Sequence[int], outs: dict[int, np.ndarray], finals: dict[int, list]) -> None:
+        for i in envs:
+            final = finals.get(i)
+            for j in range(self.n_leaves):
+                part = self.decoded.get(j)
+                if part is None:
+                    if final is not None:
+                        final.append(self.final_views[j][i].copy())
+                    continue
+                if final is not None:
+                    final.append(self._decode_one(part, 1, i, np.empty(part.leaf.shape, part.leaf.dtype)))
+                self._decode_one(part, 0, i, outs[j][i, ...])  # a view, also for 0-d leaves
+
+    def restart(self, envs: Sequence[int]) -> None:
+        """Envs rebuilt from scratch: their next encoded frame is a key frame, whatever came before."""
+        for part in self.decoded.values():
+            for i in envs:
+                part.streams[i] = part.codec.new_stream(part.leaf.shape, part.leaf.dtype)
+
+    def _decode_one(self, part: _Decoded, which: int, i: int, out: np.ndarray) -> np.ndarray:
+        enc, length, crc, sample = part.areas[which]
+        try:
+            part.codec.decode(enc[i, : length[i]], out, part.streams[i])
+        except CodecError as exc:
+            raise self._mismatch(f"could not be decoded ({exc})", i, part, which) from exc
+        expected = int(crc[i])
+        if expected < 0:
+            return out
+        if sample is None:
+            got = zlib.crc32(byte_view(out).data)
+            if got != expected:
+                raise self._mismatch(
+                    f"decoded by {part.codec!r} differs from what the worker encoded "
+                    f"(crc32 {got:#010x}, worker {expected:#010x})",
+                    i,
+                    part,
+                    which,
+                )
+            return out
+        self._check_lossy(i, part, which, sample[i], out)
+        return out
+
+    def _where(self, i: int, part: _Decoded, which: int) -> str:
+        what = "terminal observation" if which else "observation"
+        return f"env {i}, step {self.steps}, key {part.leaf.name!r}: {what}"
+
+    def _mismatch(self, message: str, i: int, part: _Decoded, which: int) -> CodecMismatchError:
+        return CodecMismatchError(
+            f"{self._where(i, part, which)} {message}",
+            env_index=i,
+            step=self.steps,
+            key=part.leaf.name,
+            terminal=bool(which),
+        )
+
+    def _check_lossy(self, i: int, part: _Decoded, which: int, raw: np.ndarray, out: np.ndarray) -> None:
+        from shmvec.fidelity import errors
+
+        assert self.tolerance is not None
+        max_abs, _, _, psnr = errors(raw, out)
+        breach = self.tolerance.breach(max_abs, psnr)
+        if breach is None:
+            return
+        message = f"{self._where(i, part, which)} through {part.codec!r} is outside the tolerance: {breach}"
+        if self.tolerance.on_breach == "raise":
+            raise FidelityError(message)
+        warnings.warn(message, FidelityWarning, stacklevel=5)
+
+    def close(self) -> None:
+        """Stop the decode threads."""
+        if self.pool is not None:
+            self.pool.shutdown(wait=True)
+            self.pool = None

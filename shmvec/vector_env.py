@@ -1,0 +1,296 @@
+"""ShmVectorEnv: Gymnasium's ``VectorEnv`` interface on the shmvec engine (:mod:`shmvec.engine`).
+
+Returns what ``gymnasium.vector.SyncVectorEnv`` returns for the same seeds and actions: batched
+observations in the space's dtype, float64 rewards, bool terminations and truncations, infos as a
+dict of arrays with ``_key`` masks, and (same-step autoreset) ``final_obs`` / ``final_info`` laid out
+as ``AsyncVectorEnv`` lays them out, with the true terminal values even for envs that reuse and
+mutate their observation and info objects (the worker copies them before it resets the env).
+"""
+
+from __future__ import annotations
+
+import copy as copy_module
+import functools
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector.utils import batch_space
+
+from shmvec.codecs import CodecSpec
+from shmvec.engine.core import Engine
+from shmvec.engine.options import Options
+from shmvec.layout import unflatten
+from shmvec.protocol import Command
+
+if TYPE_CHECKING:
+    from shmvec.fidelity import Tolerance
+
+_MODES = {
+    "next_step": AutoresetMode.NEXT_STEP,
+    "same_step": AutoresetMode.SAME_STEP,
+    "disabled": AutoresetMode.DISABLED,
+}
+_ENGINE_MODES = {mode: name for name, mode in _MODES.items()}
+
+
+def to_autoreset_mode(mode: str | AutoresetMode) -> AutoresetMode:
+    """The :class:`gymnasium.vector.AutoresetMode` for an enum member, its value (``"NextStep"``) or
+    one of ``"next_step"``, ``"same_step"``, ``"disabled"``.
+
+    :raises ValueError: for anything else.
+    """
+    if isinstance(mode, AutoresetMode):
+        return mode
+    if isinstance(mode, str) and mode.lower() in _MODES:
+        return _MODES[mode.lower()]
+    try:
+        return AutoresetMode(mode)
+    except ValueError:
+        raise ValueError(
+            f"autoreset_mode must be an AutoresetMode or one of {sorted(_MODES)}, got {mode!r}"
+        ) from None
+
+
+class ShmVectorEnv(VectorEnv):
+    """A ``gymnasium.vector.VectorEnv`` whose envs run in a few worker processes and hand their
+    observations over in shared memory.
+
+    :param env_fns: callables that each create one env (``gymnasium.Env``); lambdas and closures are
+        fine (they are sent with cloudpickle).
+    :param autoreset_mode: how an env whose episode ended is reset (default ``NEXT_STEP``): an
+        ``AutoresetMode`` or ``"next_step"``, ``"same_step"``, ``"disabled"``; see
+        https://farama.org/Vector-Autoreset-Mode. Stored in ``metadata["autoreset_mode"]``.
+
+    Every other parameter means what it means for :class:`shmvec.ShmVecEnv` (``start_method``,
+    ``n_workers``, ``copy``, ``n_slots``, ``worker_threads``, ``timeout`` in seconds, ``codec``,
+    ``verify_every``, ``tolerance``, ``decode_threads``, ``on_crash``, ``max_restarts``,
+    ``restart_window`` in seconds, ``check_finite``, ``pause_openmp``), with the same defaults. In
+    restart mode a rebuilt env ends its episode with ``truncations[i] = True`` and the info keys
+    ``shmvec.restarted`` / ``shmvec.restart_reason``; its observation in that step is the last one
+    the agent saw (``NEXT_STEP``, ``DISABLED``) or its new episode's first (``SAME_STEP``, the last
+    one in ``final_obs``).
+    """
+
+    def __init__(
+        self,
+        env_fns: Sequence[Callable[[], gym.Env]],
+        *,
+        autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
+        start_method: str | None = None,
+        n_workers: int | None = None,
+        copy: bool = True,
+        n_slots: int | None = None,
+        worker_threads: int | None = 1,
+        timeout: float | None = None,
+        codec: CodecSpec = None,
+        verify_every: int = 100,
+        tolerance: Tolerance | None = None,
+        decode_threads: int | None = None,
+        on_crash: str = "raise",
+        max_restarts: int = 10,
+        restart_window: float | None = 60.0,
+        check_finite: bool = False,
+        pause_openmp: bool = True,
+    ) -> None:
+        mode = to_autoreset_mode(autoreset_mode)
+        self._engine: Engine | None = None
+        options = Options(
+            n_workers=n_workers,
+            copy=copy,
+            n_slots=n_slots,
+            worker_threads=worker_threads,
+            timeout=timeout,
+            codec=codec,
+            verify_every=verify_every,
+            tolerance=tolerance,
+            decode_threads=decode_threads,
+            on_crash=on_crash,
+            max_restarts=max_restarts,
+            restart_window=restart_window,
+            check_finite=check_finite,
+            autoreset=_ENGINE_MODES[mode],
+            pause_openmp=pause_openmp,
+        )
+        self._engine = engine = Engine(env_fns, start_method, options, owner="ShmVectorEnv")
+        self.autoreset_mode = mode
+        self.copy = copy
+        self.num_envs = engine.num_envs
+        self.single_observation_space = engine.observation_space
+        self.single_action_space = engine.action_space
+        self.observation_space = batch_space(self.single_observation_space, self.num_envs)
+        self.action_space = batch_space(self.single_action_space, self.num_envs)
+        try:
+            metadata = engine.call(Command.CALL, [0], "metadata", (), {})[0]
+            self.render_mode = engine.call(Command.CALL, [0], "render_mode", (), {})[0]
+        except BaseException:
+            engine.close()
+            raise
+        # A copy: the env's (class-level) metadata is not ours to change.
+        self.metadata = {**metadata, "autoreset_mode": mode}
+
+    @property
+    def closed(self) -> bool:  # type: ignore[override]
+        """True once :meth:`close` was called or a failure closed the env."""
+        return self._engine is None or self._engine.closed
+
+    @property
+    def n_restarts(self) -> int:
+        """Worker restarts so far (restart mode)."""
+        return self._eng.n_restarts
+
+    @property
+    def _eng(self) -> Engine:
+        assert self._engine is not None
+        return self._engine
+
+    def _obs(self, arrays: list[np.ndarray]) -> Any:
+        return unflatten(self.single_observation_space, iter(arrays))
+
+    def reset(
+        self, *, seed: int | Sequence[int | None] | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Any, dict[str, Any]]:
+        """Reset every env (or those of ``options["reset_mask"]``, a bool array of ``num_envs``).
+
+        :param seed: None (unseeded), an int ``s`` (env ``i`` gets ``s + i``) or one seed per env.
+        :param options: passed to every env's ``reset`` (without ``reset_mask``).
+        :returns: the batched observations (envs not reset keep theirs) and the infos.
+        """
+        n = self.num_envs
+        if seed is None:
+            seeds: list[int | None] = [None] * n
+        elif isinstance(seed, int):
+            seeds = [seed + i for i in range(n)]
+        else:
+            seeds = list(seed)
+        if len(seeds) != n:
+            raise ValueError(
+                f"If seeds are passed as a list the length must match num_envs={n} but got "
+                f"length={len(seeds)}."
+            )
+        mask: np.ndarray | None = None
+        if options is not None and "reset_mask" in options:
+            options = dict(options)
+            mask = _check_mask(options.pop("reset_mask"), n)
+        arrays, reset_infos = self._eng.reset(seeds, [options] * n, mask)
+        infos: dict[str, Any] = {}
+        for i, info in enumerate(reset_infos):
+            if info:
+                infos = self._add_info(infos, info, i)
+        return self._obs(arrays), infos
+
+    def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """Step every env with its action (``actions[i]``); SyncVectorEnv's ``(obs, rewards,
+        terminations, truncations, infos)``.
+
+        :raises ValueError: if there are not ``num_envs`` actions (before any env steps).
+        """
+        engine = self._eng
+        engine.step_async(actions)
+        batch = engine.step_wait()
+        infos: dict[str, Any] = {}
+        finals = batch.finals
+        for i in sorted(batch.infos.keys() | finals.keys()):
+            info = batch.infos.get(i, {})
+            if i in finals and self.autoreset_mode is AutoresetMode.SAME_STEP:
+                # AsyncVectorEnv's layout: the terminal step's info and observation, then the reset's info.
+                info = {"final_info": info, "final_obs": self._obs(finals[i]), **batch.reset_infos.get(i, {})}
+            infos = self._add_info(infos, info, i)
+        return (
+            self._obs(batch.obs),
+            batch.rewards.copy(),
+            batch.terminated.copy(),
+            batch.truncated.copy(),
+            infos,
+        )
+
+    def call(self, name: str, /, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
+        """``env.get_wrapper_attr(name)(*args, **kwargs)`` of every env, or the attribute's value when
+        it is not callable (as SyncVectorEnv). ``name`` is positional-only, so a method's own ``name``
+        keyword reaches the env."""
+        return tuple(self._eng.call(Command.CALL, range(self.num_envs), name, args, kwargs))
+
+    def get_attr(self, name: str) -> tuple[Any, ...]:
+        """``call(name)``: the attribute of every env (called if it is a method, as SyncVectorEnv)."""
+        return self.call(name)
+
+    def set_attr(self, name: str, values: list[Any] | tuple[Any, ...] | Any) -> None:
+        """``env.set_wrapper_attr(name, value)`` on every env: one value for all, or a list or tuple
+        of one value per env.
+
+        :raises ValueError: for a list or tuple whose length is not ``num_envs``.
+        """
+        if not isinstance(values, (list, tuple)):
+            values = [values] * self.num_envs
+        if len(values) != self.num_envs:
+            raise ValueError(
+                "Values must be a list or tuple with length equal to the number of environments. "
+                f"Got `{len(values)}` values for {self.num_envs} environments."
+            )
+        self._eng.call(Command.SET_WRAPPER_ATTR, range(self.num_envs), name, list(values))
+
+    def render(self) -> tuple[Any, ...]:
+        """``env.render()`` of every env."""
+        return tuple(self._eng.render_all())
+
+    def close(self, **kwargs: Any) -> None:
+        """Stop the workers and free the shared memory. Idempotent."""
+        if self._engine is not None:
+            self._engine.close()
+
+    def __repr__(self) -> str:
+        return f"ShmVectorEnv(num_envs={self.num_envs}, autoreset_mode={self.autoreset_mode.name})"
+
+
+def _check_mask(mask: Any, n: int) -> np.ndarray:
+    """``options["reset_mask"]`` checked as SyncVectorEnv checks it (same errors)."""
+    if not isinstance(mask, np.ndarray):
+        raise TypeError(f"`options['reset_mask']` must be a numpy array, got {type(mask)}")
+    if mask.shape != (n,):
+        raise ValueError(f"`options['reset_mask']` must have shape `({n},)`, got {mask.shape}")
+    if mask.dtype != np.bool_:
+        raise TypeError(f"`options['reset_mask']` must have `dtype=np.bool_`, got {mask.dtype}")
+    if not mask.any():
+        raise ValueError(
+            "`options['reset_mask']` must contain a boolean array with at least one True value, "
+            f"got reset_mask={mask}"
+        )
+    return mask
+
+
+def _make_env(env_id: str, wrappers: tuple[Callable[[gym.Env], gym.Env], ...], kwargs: dict) -> gym.Env:
+    # Module level so spawn and forkserver workers can unpickle the factory.
+    env = gym.make(env_id, **kwargs)
+    for wrapper in wrappers:
+        env = wrapper(env)
+    return env
+
+
+def make_vec(
+    env_id: str,
+    num_envs: int = 1,
+    *,
+    wrappers: Sequence[Callable[[gym.Env], gym.Env]] | None = None,
+    env_kwargs: dict[str, Any] | None = None,
+    **kwargs: Any,
+) -> ShmVectorEnv:
+    """A :class:`ShmVectorEnv` of ``num_envs`` copies of a registered env, like
+    ``gymnasium.make_vec(env_id, num_envs, wrappers=...)``.
+
+    :param env_id: a registered id, e.g. ``"CartPole-v1"`` or ``"ALE/Pong-v5"``.
+    :param wrappers: applied in order to each env (in its worker) after ``gymnasium.make``.
+    :param env_kwargs: keyword arguments of ``gymnasium.make`` (default none).
+    :param kwargs: parameters of :class:`ShmVectorEnv` (``autoreset_mode``, ``n_workers``...).
+    """
+    env_kwargs = dict(env_kwargs or {})
+    fn = functools.partial(_make_env, env_id, tuple(wrappers or ()), env_kwargs)
+    env = ShmVectorEnv([fn] * num_envs, **kwargs)
+    spec = copy_module.deepcopy(gym.spec(env_id))
+    spec.kwargs = {**spec.kwargs, **env_kwargs, "num_envs": num_envs, "vectorization_mode": None}
+    env.spec = spec
+    return env
+
+
+__all__ = ["ShmVectorEnv", "make_vec", "to_autoreset_mode"]
