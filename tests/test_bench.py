@@ -187,3 +187,18 @@ def test_a_main_process_that_spins_while_waiting_is_named():
     assert sorted(found) == sorted(p.config.label for p in spun)
     assert all(abs(cores - 0.9) < 1e-9 for cores in found.values())
     assert "OMP_WAIT_POLICY=PASSIVE" in recommend(result)["text"]
+
+
+@pytest.mark.parametrize("name", ["policy_loop", "policy_loop_random"])
+def test_policy_loop_tables_are_rendered_from_the_committed_json(name):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("policy_loop", ROOT / "benchmarks" / "policy_loop.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    results = ROOT / "benchmarks" / "results"
+    rendered = module.markdown(json.loads((results / f"{name}.json").read_text()))
+    assert (results / f"{name}.md").read_text() == rendered + "\n", (
+        f"benchmarks/results/{name}.md is stale: regenerate it with benchmarks/policy_loop.py --from-json"
+    )
