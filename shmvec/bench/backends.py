@@ -146,15 +146,17 @@ def make_vec_env(
     backend: str,
     env_fns: list[Callable[[], gym.Env]],
     n_workers: int | None = None,
-    start_method: str = "fork",
+    start_method: str | None = None,
 ) -> Any:
     """Build one backend over ``env_fns``.
 
     :param n_workers: worker processes for backends that take it (default None: the backend's own
         default); ignored by the others.
-    :param start_method: multiprocessing start method for the process backends (default ``fork``:
-        fastest to start, and workers do not re-import torch).
-    :raises ValueError: for an unknown backend.
+    :param start_method: multiprocessing start method for the process backends (default None:
+        ShmVecEnv's own default, forkserver where the platform has it, else spawn).
+    :raises ValueError: for an unknown backend or start method.
     """
+    from shmvec._start_methods import resolve_start_method
+
     check_backend(backend)
-    return _BUILDERS[backend](list(env_fns), n_workers, start_method)
+    return _BUILDERS[backend](list(env_fns), n_workers, resolve_start_method(start_method))

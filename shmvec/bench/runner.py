@@ -36,6 +36,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from shmvec._start_methods import resolve_start_method
 from shmvec.bench import system
 from shmvec.bench.backends import check_backend, make_vec_env, takes_workers
 from shmvec.bench.envs import check_env_name, env_factory
@@ -130,7 +131,8 @@ class BenchSpec:
     :param repeats: measurement windows per configuration (default 3), interleaved across
         configurations so a disturbance of the machine hits them alike.
     :param seconds: length of one window (default 2 s), after a short warm-up.
-    :param start_method: for the process backends (default fork).
+    :param start_method: for the process backends (default None: ShmVecEnv's own default,
+        forkserver where the platform has it, so start-up figures are those of the default).
     :param seed: seed of the envs and the random actions.
     """
 
@@ -142,7 +144,7 @@ class BenchSpec:
     policy: str = "none"
     repeats: int = 3
     seconds: float = 2.0
-    start_method: str = "fork"
+    start_method: str | None = None
     seed: int = 0
 
     def validate(self) -> None:
@@ -160,6 +162,7 @@ class BenchSpec:
         if not self.seconds > 0:
             raise ValueError(f"seconds must be > 0, got {self.seconds}")
         parse_policy(self.policy)
+        resolve_start_method(self.start_method)
 
     def configs(self) -> list[Config]:
         """Every configuration to measure, backend by backend, n_envs ascending."""
@@ -185,6 +188,9 @@ class BenchResult:
     points: list[Point]
     recommendation: dict[str, Any] = field(default_factory=dict)
     batch_copy_s: dict[int, float] = field(default_factory=dict)  # one fresh copy of n_envs observations
+    # CPU (in cores) that other processes took during the env-alone runs, one per round (empty in
+    # results written before it was recorded).
+    alone_other_cores: list[float] = field(default_factory=list)
 
     @property
     def alone_summary(self) -> Summary:
@@ -194,9 +200,22 @@ class BenchResult:
     def cpu_fraction(self) -> float:
         """Fraction of an env step spent on a CPU: 1 for an env that computes, the measured fraction
         (median over rounds) for one that mostly waits (below :data:`WAITING_CPU`). Between the two,
-        a low figure means a loaded machine, not a waiting env."""
+        a low figure means a loaded machine, not a waiting env. When other processes kept the CPUs
+        busy during those runs (:attr:`alone_starved`) a low figure is the env waiting for a CPU,
+        not for I/O, and the env is taken to compute (1): a loaded machine must not raise the
+        ceiling."""
         measured = float(np.median(self.alone_cpu)) if self.alone_cpu else 1.0
-        return 1.0 if measured >= WAITING_CPU else max(measured, 1e-3)
+        if measured >= WAITING_CPU or self.alone_starved:
+            return 1.0
+        return max(measured, 1e-3)
+
+    @property
+    def alone_starved(self) -> bool:
+        """True if other processes took more than :data:`MAX_OTHER_CORES` during the env-alone runs
+        (median over rounds): the env alone may have waited for a CPU."""
+        if not self.alone_other_cores:
+            return False
+        return float(np.median(self.alone_other_cores)) > MAX_OTHER_CORES
 
     def ceiling_rule(self) -> str:
         """How :meth:`ceiling` is computed, in words."""
@@ -246,6 +265,7 @@ class BenchResult:
             points,
             d.get("recommendation", {}),
             copies,
+            list(d.get("alone_other_cores", [])),
         )
 
 
@@ -259,6 +279,8 @@ def run(spec: BenchSpec, progress: Progress | None = None) -> BenchResult:
     :raises ValueError: for a bad spec or an env that cannot be created.
     """
     spec.validate()
+    # Recorded resolved, so the JSON says which start method the start-up figures are for.
+    spec.start_method = resolve_start_method(spec.start_method)
     check_env_name(spec.env, **spec.env_kwargs)
     env_fn = env_factory(spec.env, **spec.env_kwargs)
     actor = make_actor(spec.policy, env_fn, spec.seed)
@@ -266,15 +288,17 @@ def run(spec: BenchSpec, progress: Progress | None = None) -> BenchResult:
     points = [Point(c) for c in configs]
     alone: list[float] = []
     alone_cpu: list[float] = []
+    alone_other: list[float] = []
     probe = env_fn()
     obs_bytes = int(sum(np.asarray(x).nbytes for x in _leaves(probe.observation_space.sample())))
     probe.close()
     copy_s = {n: _copy_time(probe.observation_space, n) for n in sorted(set(spec.n_envs))}
     total, done = (len(configs) + 1) * spec.repeats, 0
     for r in range(spec.repeats):
-        rate, cpu = _measure_alone(env_fn, spec.seconds, spec.seed + r)
+        rate, cpu, other = _measure_alone(env_fn, spec.seconds, spec.seed + r)
         alone.append(rate)
         alone_cpu.append(cpu)
+        alone_other.append(other)
         done += 1
         if progress:
             progress(done, total, f"round {r + 1}: one env alone {alone[-1]:,.0f} steps/s")
@@ -296,7 +320,9 @@ def run(spec: BenchSpec, progress: Progress | None = None) -> BenchResult:
         "platform": platform.platform(),
         "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    result = BenchResult(spec, machine, obs_bytes, alone, alone_cpu, points, batch_copy_s=copy_s)
+    result = BenchResult(
+        spec, machine, obs_bytes, alone, alone_cpu, points, batch_copy_s=copy_s, alone_other_cores=alone_other
+    )
     for point in points:
         for sample in point.samples:
             n = point.config.n_envs
@@ -328,14 +354,15 @@ def _copy_time(space: gym.Space, n_envs: int) -> float:
     return float(np.median(times))
 
 
-def _measure_alone(env_fn: Callable[[], gym.Env], seconds: float, seed: int) -> tuple[float, float]:
-    """Steps/s of one env stepped in this process with random actions, resets included, and the
-    fraction of that time this process was on a CPU."""
+def _measure_alone(env_fn: Callable[[], gym.Env], seconds: float, seed: int) -> tuple[float, float, float]:
+    """Steps/s of one env stepped in this process with random actions, resets included; the
+    fraction of that time this process was on a CPU; and the CPU (in cores) other processes took."""
     env = env_fn()
     try:
         env.action_space.seed(seed)
         env.reset(seed=seed)
         actions = [env.action_space.sample() for _ in range(64)]
+        snap = system.cpu_snapshot([])
         steps, start, cpu = 0, time.perf_counter(), time.process_time()
         while True:
             _, _, term, trunc, _ = env.step(actions[steps % 64])
@@ -344,7 +371,10 @@ def _measure_alone(env_fn: Callable[[], gym.Env], seconds: float, seed: int) -> 
             steps += 1
             elapsed = time.perf_counter() - start
             if elapsed >= seconds:
-                return steps / elapsed, (time.process_time() - cpu) / elapsed
+                own = time.process_time() - cpu
+                after = system.cpu_snapshot([])
+                other = max(0.0, after.machine_busy_s - snap.machine_busy_s - (after.tree_s - snap.tree_s))
+                return steps / elapsed, own / elapsed, other / elapsed
     finally:
         env.close()
 

@@ -139,7 +139,7 @@ def train(
     n_envs: int = 4,
     total_steps: int = 2048,
     seeds: Sequence[int] = (0, 1, 2),
-    start_method: str = "fork",
+    start_method: str | None = None,
     progress: Callable[[str], None] | None = None,
     env_kwargs: dict[str, Any] | None = None,
 ) -> TrainResult:
