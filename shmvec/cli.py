@@ -74,7 +74,10 @@ def _parser() -> argparse.ArgumentParser:
         "--from-json", type=Path, default=None, help="measure nothing: report from a JSON written by --json"
     )
     bench.add_argument(
-        "--readme", type=Path, default=None, help="replace the results block of this README with the report"
+        "--readme",
+        type=Path,
+        default=None,
+        help="replace the results block of this Markdown file (e.g. docs/benchmarks.md) with the report",
     )
     bench.add_argument(
         "--train",

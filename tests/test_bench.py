@@ -163,11 +163,11 @@ def test_train_dummy_and_shm_learn_identical_parameters():
 @pytest.mark.parametrize("name", ["pong", "synth512_1ms"])
 def test_readme_results_are_rendered_from_the_committed_json(name):
     results = ROOT / "benchmarks" / "results" / f"{name}.json"
-    block = report.markdown(report.read_json(results), f"benchmarks/results/{name}.png")
-    assert report.readme_block(ROOT / "README.md", name) == block, (
-        "README results block is stale: run the commands in README's Results section"
+    block = report.markdown(report.read_json(results), f"img/{name}.png")
+    assert report.readme_block(ROOT / "docs" / "benchmarks.md", name) == block, (
+        "docs/benchmarks.md results block is stale: run the commands in its Results section"
     )
-    assert (ROOT / "benchmarks" / "results" / f"{name}.png").exists()
+    assert (ROOT / "docs" / "img" / f"{name}.png").exists()
 
 
 def test_bad_arguments_fail_before_heavy_imports():
