@@ -59,3 +59,10 @@ def test_snippet_runs(key, tmp_path):
         [sys.executable, str(script)], capture_output=True, text=True, timeout=600, cwd=tmp_path
     )
     assert proc.returncode == 0, f"{key} failed:\n{proc.stderr[-3000:]}"
+
+
+def test_version_is_semantic_and_in_the_changelog():
+    assert re.fullmatch(r"\d+\.\d+\.\d+", shmvec.__version__), shmvec.__version__
+    changelog = (ROOT / "CHANGELOG.md").read_text()
+    assert re.search(rf"^## {re.escape(shmvec.__version__)}\b", changelog, re.M)
+    assert "Deprecation policy" in changelog
