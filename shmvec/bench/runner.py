@@ -194,6 +194,7 @@ class BenchResult:
 
     @property
     def alone_summary(self) -> Summary:
+        """Median and 95% CI of the env-alone steps/s over the rounds."""
         return summarize(self.alone)
 
     @property
