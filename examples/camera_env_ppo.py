@@ -58,8 +58,10 @@ class CameraReachEnv(gym.Env):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--n-envs", type=int, default=4)
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
+    parser.add_argument("--n-envs", type=int, default=4, help="parallel envs")
     parser.add_argument("--size", type=int, default=256, help="camera frame height and width (pixels)")
     parser.add_argument("--steps", type=int, default=20_000, help="total env steps")
     args = parser.parse_args()

@@ -19,11 +19,13 @@ from shmvec.bench.envs import env_factory
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--env", default="ALE/Breakout-v5")
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
+    parser.add_argument("--env", default="ALE/Breakout-v5", help="gymnasium Atari id")
     parser.add_argument("--frames", type=int, default=300, help="frames collected for the report")
     parser.add_argument("--steps", type=int, default=20_000, help="total env steps of training")
-    parser.add_argument("--n-envs", type=int, default=4)
+    parser.add_argument("--n-envs", type=int, default=4, help="parallel envs")
     args = parser.parse_args()
 
     make_env = env_factory(args.env)

@@ -19,11 +19,13 @@ from shmvec import ShmVecEnv
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--env", default="ALE/Pong-v5")
-    parser.add_argument("--n-envs", type=int, default=8)
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
+    parser.add_argument("--env", default="ALE/Pong-v5", help="gymnasium Atari id")
+    parser.add_argument("--n-envs", type=int, default=8, help="parallel envs")
     parser.add_argument("--steps", type=int, default=100_000, help="total env steps")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="seed of the envs and the algorithm")
     args = parser.parse_args()
 
     gym.register_envs(ale_py)

@@ -11,6 +11,7 @@ of hanging. ``fork`` copies the running process and needs no guard (but is unsaf
 which is why SB3 does not default to it).
 """
 
+import argparse
 import subprocess
 import sys
 import tempfile
@@ -53,5 +54,18 @@ def unguarded() -> None:
     assert WorkerCrashedError.__name__ in last
 
 
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
+    parser.add_argument(
+        "--no-guard",
+        action="store_true",
+        help="run a script without the __main__ guard in a child interpreter and show the error",
+    )
+    args = parser.parse_args()
+    unguarded() if args.no_guard else guarded()
+
+
 if __name__ == "__main__":
-    unguarded() if "--no-guard" in sys.argv else guarded()
+    main()

@@ -1,7 +1,9 @@
 """shmvec: a shared-memory drop-in replacement for Stable-Baselines3's SubprocVecEnv.
 
 Public API: :class:`ShmVecEnv` (SB3's VecEnv), :class:`ShmVectorEnv` and :func:`make_vec`
-(Gymnasium's VectorEnv), and the exception types in :mod:`shmvec.errors`.
+(Gymnasium's VectorEnv), and the exception types in :mod:`shmvec.errors`; observation codecs in
+:mod:`shmvec.codecs`, their measurement in :mod:`shmvec.fidelity`, synthetic envs in
+:mod:`shmvec.synthetic` and the benchmark in :mod:`shmvec.bench`.
 
 The faces are imported lazily: worker processes import ``shmvec.worker`` (and so this package)
 first thing, and importing the SB3 face would pull in SB3 and torch in every worker.
@@ -59,4 +61,6 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
+    # The lazily imported names are not module globals until first use: list them anyway so that
+    # dir(shmvec) and tab completion show the whole public API.
     return sorted(set(globals()) | set(__all__))

@@ -10,9 +10,13 @@ from pathlib import Path
 
 
 def _parser() -> argparse.ArgumentParser:
+    from shmvec._start_methods import available, default_start_method
+    from shmvec._version import __version__
+
     parser = argparse.ArgumentParser(
         prog="shmvec", description="Shared-memory VecEnv for Stable-Baselines3: tools."
     )
+    parser.add_argument("--version", action="version", version=f"shmvec {__version__}")
     sub = parser.add_subparsers(dest="command")
     bench = sub.add_parser(
         "bench",
@@ -58,7 +62,11 @@ def _parser() -> argparse.ArgumentParser:
         help="total seconds of measuring windows; overrides --seconds (start-up and warm-up come on top)",
     )
     bench.add_argument(
-        "--start-method", default="fork", help="for the process backends: fork (default), forkserver, spawn"
+        "--start-method",
+        default=None,
+        help=f"for the process backends, one of {', '.join(available())} (default {default_start_method()}, "
+        "as ShmVecEnv's and SubprocVecEnv's own default, so start-up figures are those of the default; "
+        "fork starts fastest)",
     )
     bench.add_argument("--json", type=Path, default=None, help="write every raw figure to this JSON file")
     bench.add_argument("--plot", type=Path, default=None, help="write a PNG plot of steps/s against n_envs")
@@ -66,7 +74,10 @@ def _parser() -> argparse.ArgumentParser:
         "--from-json", type=Path, default=None, help="measure nothing: report from a JSON written by --json"
     )
     bench.add_argument(
-        "--readme", type=Path, default=None, help="replace the results block of this README with the report"
+        "--readme",
+        type=Path,
+        default=None,
+        help="replace the results block of this Markdown file (e.g. docs/benchmarks.md) with the report",
     )
     bench.add_argument(
         "--train",
@@ -102,14 +113,17 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _codecs(args: argparse.Namespace) -> int:
+    if args.steps < 1:
+        raise ValueError(f"--steps must be >= 1, got {args.steps}")
+    if args.algo not in ("ppo", "a2c", "dqn"):
+        raise ValueError(f"--algo must be one of ppo, a2c, dqn, got {args.algo!r}")
+
     import json
 
     from shmvec import codecs as codec_registry
     from shmvec import fidelity
     from shmvec.bench.envs import check_env_name, env_factory
 
-    if args.steps < 1:
-        raise ValueError(f"--steps must be >= 1, got {args.steps}")
     check_env_name(args.env)
     frames = fidelity.collect_frames(env_factory(args.env), args.steps, args.seed)
     if args.codec:
@@ -119,6 +133,12 @@ def _codecs(args: argparse.Namespace) -> int:
     model = None if args.model is None else fidelity.load_model(args.model, args.algo)
     shape = f"{frames.shape[1:]} {frames.dtype}"
     print(f"{args.env}: {len(frames)} frames {shape}, random actions, seed {args.seed}")
+    missing = codec_registry.missing()
+    if missing and not args.codec:
+        print(
+            f'not installed here: {", ".join(missing)}. pip install "shmvec[codecs]" adds them '
+            f"({', '.join(codec_registry.EXTRA_PACKAGES)})."
+        )
     reports = fidelity.compare(chosen, frames, model)
     header = f"{'codec':<42}{'ratio':>9}{'enc MB/s':>10}{'dec MB/s':>10}{'us/frame':>10}{'exact':>7}"
     header += f"{'max err':>9}{'PSNR dB':>9}"
@@ -182,8 +202,51 @@ def _progress_bar(done: int, total: int, message: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
 
+def _check_bench_args(args: argparse.Namespace) -> None:
+    """Every check that needs no measuring library, so that a typo fails in well under a second
+    instead of after importing SB3 and torch (seconds).
+
+    :raises ValueError: naming the option and what it accepts.
+    """
+    from shmvec._start_methods import resolve_start_method
+    from shmvec.bench.backends import check_backend
+    from shmvec.bench.policy import parse_policy
+
+    backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    if not backends:
+        raise ValueError("--backends is empty; choose from dummy, subproc, shm, async")
+    for b in backends:
+        check_backend(b)
+    n_envs = _ints(args.n_envs, "--n-envs")
+    if not n_envs or min(n_envs) < 1:
+        raise ValueError(f"--n-envs must be integers >= 1, got {args.n_envs!r}")
+    if args.n_workers is not None:
+        workers = _ints(args.n_workers, "--n-workers")
+        if not workers or min(workers) < 1:
+            raise ValueError(f"--n-workers must be integers >= 1, got {args.n_workers!r}")
+    if args.repeats < 1:
+        raise ValueError(f"--repeats must be >= 1, got {args.repeats}")
+    if not args.seconds > 0:
+        raise ValueError(f"--seconds must be > 0, got {args.seconds}")
+    if args.budget is not None and not args.budget > 0:
+        raise ValueError(f"--budget must be > 0 seconds, got {args.budget}")
+    if args.train_steps < 1:
+        raise ValueError(f"--train-steps must be >= 1, got {args.train_steps}")
+    _ints(args.seeds, "--seeds")
+    _json_object(args.env_kwargs, "--env-kwargs")
+    if args.policy != "none":
+        parse_policy(args.policy)
+    try:
+        args.start_method = resolve_start_method(args.start_method)
+    except ValueError as exc:
+        raise ValueError(f"--start-method: {exc}") from None
+    if args.readme is not None and (args.from_json or args.json) is None:
+        raise ValueError("--readme needs --json or --from-json: the file's name names the README block")
+
+
 def _bench(args: argparse.Namespace) -> int:
     """Run ``shmvec bench``; any failure becomes a one-line ValueError for :func:`main` to print."""
+    _check_bench_args(args)
     try:
         return _bench_unchecked(args)
     except (ValueError, TypeError) as exc:
@@ -207,8 +270,6 @@ def _bench_unchecked(args: argparse.Namespace) -> int:
     if args.train:
         return _train(args, backends, n_envs)
     source = args.from_json or args.json
-    if args.readme is not None and source is None:
-        raise ValueError("--readme needs --json or --from-json: the file's name names the README block")
     if args.from_json is not None:
         result = report.read_json(args.from_json)
     else:
@@ -225,8 +286,6 @@ def _bench_unchecked(args: argparse.Namespace) -> int:
         )
         spec.validate()
         if args.budget is not None:
-            if args.budget <= 0:
-                raise ValueError(f"--budget must be > 0 seconds, got {args.budget}")
             # One window per configuration per round, plus the env alone once per round.
             spec.seconds = args.budget / ((len(spec.configs()) + 1) * spec.repeats)
         result = run(spec, progress=_progress_bar)
@@ -239,6 +298,7 @@ def _bench_unchecked(args: argparse.Namespace) -> int:
         print(f"plot: {args.plot}")
     if args.readme is not None:
         plot = None if args.plot is None else os.path.relpath(args.plot, args.readme.resolve().parent)
+        assert source is not None  # checked by _check_bench_args
         report.update_readme(args.readme, source.stem, report.markdown(result, plot))
         print(f"results block updated: {args.readme}")
     return 0

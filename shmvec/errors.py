@@ -10,6 +10,25 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 
+def short_traceback(text: str) -> str:
+    """A worker's formatted traceback without the frames of shmvec's own worker loop.
+
+    Those frames are the same in every error and say nothing about what went wrong; left in, they
+    push the line that matters further up the screen. The whole traceback stays in the error's
+    ``remote_traceback``.
+    """
+    out: list[str] = []
+    skipping = False
+    for line in text.splitlines(keepends=True):
+        if line.startswith('  File "'):
+            skipping = line.replace("\\", "/").split('"')[1].endswith("shmvec/worker.py")
+        elif not line.startswith(" "):
+            skipping = False
+        if not skipping:
+            out.append(line)
+    return "".join(out)
+
+
 class ShmVecEnvError(RuntimeError):
     """Base class of every error raised by shmvec on behalf of its workers.
 
@@ -83,7 +102,7 @@ class EnvError(ShmVecEnvError):
         self.exc_type = exc_type
 
     def __str__(self) -> str:
-        return f"{self.args[0]}\n\nTraceback in the worker:\n{self.remote_traceback}"
+        return f"{self.args[0]}\n\nTraceback in the worker:\n{short_traceback(self.remote_traceback)}"
 
     @classmethod
     def like(cls, kind: type[BaseException] | None) -> type[EnvError]:

@@ -58,6 +58,10 @@ class SyntheticImageEnv(gym.Env):
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[np.ndarray, dict]:
+        """Start an episode: a new first frame and episode length from the env's RNG.
+
+        :returns: the frame and ``{"episode_len": ...}``.
+        """
         super().reset(seed=seed)
         rng = self.np_random
         if self.texture:
@@ -70,6 +74,11 @@ class SyntheticImageEnv(gym.Env):
         return self._frame.copy(), {"episode_len": self._len}
 
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
+        """Spend ``work_s`` of CPU and ``io_s`` of sleep, change one row of the frame by the action.
+
+        :returns: frame, reward (1.0 when the action matches the step count mod 4), terminated,
+            truncated, ``{}``.
+        """
         if self.work_s > 0:
             end = time.perf_counter() + self.work_s
             while time.perf_counter() < end:
@@ -85,6 +94,7 @@ class SyntheticImageEnv(gym.Env):
         return self._frame.copy(), float(int(action) == self._t % 4), terminated, truncated, {}
 
     def render(self) -> np.ndarray:
+        """The current frame (its first three channels), a copy."""
         return self._frame[..., :3].copy() if self._frame.ndim == 3 else self._frame.copy()
 
 
@@ -92,7 +102,7 @@ class CameraEnv(gym.Env):
     """Camera-like frames: a smooth random texture that pans a few pixels per step, plus sensor noise.
 
     Stands in for natural-image observations (real cameras, rendered 3-D scenes), where almost every
-    pixel changes every step and lossless codecs win little; see README, "Codecs".
+    pixel changes every step and lossless codecs win little; see the guide "Codecs and fidelity".
 
     :param shape: ``(H, W, 3)`` frame shape (default 256 x 256 x 3).
     :param noise: standard deviation of the per-frame Gaussian sensor noise, in grey levels (default 2).
@@ -114,6 +124,10 @@ class CameraEnv(gym.Env):
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[np.ndarray, dict]:
+        """Start an episode with a new texture and position from the env's RNG.
+
+        :returns: the first frame and an empty info dict.
+        """
         super().reset(seed=seed)
         rng = self.np_random
         h, w, c = self._scene.shape
@@ -135,6 +149,10 @@ class CameraEnv(gym.Env):
         return np.clip(noisy, 0, 255).astype(np.uint8)
 
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
+        """Pan the view 3 pixels by the action (0 stay, 1 up, 2 down, 3 left, 4 right); fresh noise.
+
+        :returns: frame, reward 0.0, terminated False, truncated after ``episode_len`` steps, ``{}``.
+        """
         moves = ((0, 0), (-3, 0), (3, 0), (0, -3), (0, 3))
         limit = np.array(self._scene.shape[:2]) - self.shape[:2]
         self._pos = np.clip(self._pos + moves[int(action)], 0, limit)

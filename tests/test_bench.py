@@ -128,7 +128,8 @@ def test_breakdown_adds_up_to_the_step_time():
     [
         (["--env", "NoSuchEnv-v0"], "cannot create env 'NoSuchEnv-v0'"),
         (["--env", TINY, "--backends", "dummy,nope"], "unknown backend 'nope'"),
-        (["--env", TINY, "--n-envs", "0,2"], "n_envs must be >= 1"),
+        (["--env", TINY, "--n-envs", "0,2"], "--n-envs must be integers >= 1"),
+        (["--env", TINY, "--start-method", "forkk"], "not one of 'fork'"),
         (["--env", TINY, "--n-envs", "two"], "--n-envs must be comma-separated integers"),
         (["--env", "tests.envs:make_broken_env"], "RuntimeError: this factory is broken"),
         (["--env", "tests.envs:no_such_factory"], "AttributeError"),
@@ -162,11 +163,11 @@ def test_train_dummy_and_shm_learn_identical_parameters():
 @pytest.mark.parametrize("name", ["pong", "synth512_1ms"])
 def test_readme_results_are_rendered_from_the_committed_json(name):
     results = ROOT / "benchmarks" / "results" / f"{name}.json"
-    block = report.markdown(report.read_json(results), f"benchmarks/results/{name}.png")
-    assert report.readme_block(ROOT / "README.md", name) == block, (
-        "README results block is stale: run the commands in README's Results section"
+    block = report.markdown(report.read_json(results), f"img/{name}.png")
+    assert report.readme_block(ROOT / "docs" / "benchmarks.md", name) == block, (
+        "docs/benchmarks.md results block is stale: run the commands in its Results section"
     )
-    assert (ROOT / "benchmarks" / "results" / f"{name}.png").exists()
+    assert (ROOT / "docs" / "img" / f"{name}.png").exists()
 
 
 def test_a_main_process_that_spins_while_waiting_is_named():
@@ -202,3 +203,69 @@ def test_policy_loop_tables_are_rendered_from_the_committed_json(name):
     assert (results / f"{name}.md").read_text() == rendered + "\n", (
         f"benchmarks/results/{name}.md is stale: regenerate it with benchmarks/policy_loop.py --from-json"
     )
+
+
+def test_bad_arguments_fail_before_heavy_imports():
+    # A typo must not cost the seconds that importing SB3 and torch takes.
+    code = (
+        "import sys; from shmvec.cli import main; "
+        "rc = main(['bench', '--n-envs', '0']); print(rc, 'torch' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert out.stdout.split() == ["2", "False"], out.stdout + out.stderr
+    assert "--n-envs must be integers >= 1" in out.stderr
+
+
+def test_default_start_method_is_the_librarys():
+    from shmvec._start_methods import default_start_method
+
+    assert BenchSpec().start_method is None  # resolved when measuring: the library's default
+    assert default_start_method() == "forkserver"
+    with pytest.raises(ValueError, match="'forkk' is not one of 'fork', 'spawn', 'forkserver'"):
+        BenchSpec(start_method="forkk").validate()
+
+
+def _disturbed_copy(name: str) -> report.BenchResult:
+    result = report.read_json(ROOT / "benchmarks" / "results" / f"{name}.json")
+    for p in result.points:
+        p.disturbed = ["other processes used 1.6 cores"]
+        for s in p.samples:
+            s.other_cores = 1.6
+    result.alone_other_cores = [1.6] * len(result.alone)
+    return result
+
+
+def test_disturbed_measurements_get_no_recommendation():
+    from shmvec.bench.recommend import recommend
+
+    result = _disturbed_copy("pong")
+    rec = recommend(result)
+    assert rec["declined"]
+    assert rec["text"].startswith("No recommendation: the measurement was disturbed")
+    assert "Best:" not in rec["text"] and "waits" not in rec["text"]
+    # A loaded machine must not be read as an env that waits, nor raise the ceiling.
+    result.alone_cpu = [0.4] * len(result.alone)
+    assert result.cpu_fraction == 1.0
+    assert "waits" not in recommend(result)["text"]
+
+
+def test_quiet_committed_results_are_recommended():
+    from shmvec.bench.recommend import recommend
+
+    rec = recommend(report.read_json(ROOT / "benchmarks" / "results" / "pong.json"))
+    assert rec["declined"] == [] and rec["text"].startswith("Best: shm n=8")
+
+
+def test_terminal_report_fits_100_columns():
+    for name in ("pong", "synth512_1ms"):
+        for result in (
+            report.read_json(ROOT / "benchmarks" / "results" / f"{name}.json"),
+            _disturbed_copy(name),
+        ):
+            lines = report.table(result).splitlines()
+            assert max(len(line) for line in lines) <= report.WIDTH, name
+
+
+def test_readme_shows_the_policy_loop_table():
+    table = (ROOT / "benchmarks" / "results" / "policy_loop.md").read_text().strip()
+    assert table in (ROOT / "README.md").read_text(), "README's policy-in-the-loop table is stale"

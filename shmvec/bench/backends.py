@@ -26,11 +26,20 @@ class BenchVecEnv(Protocol):
     observation_space: gym.Space
     action_space: gym.Space
 
-    def seed(self, seed: int | None = None) -> Any: ...
-    def reset(self) -> Any: ...
-    def step_async(self, actions: np.ndarray) -> None: ...
-    def step_wait(self) -> Any: ...
-    def close(self) -> None: ...
+    def seed(self, seed: int | None = None) -> Any:
+        """Seed for the next :meth:`reset` (env ``i`` gets ``seed + i``)."""
+
+    def reset(self) -> Any:
+        """Reset every env; return the batch of observations."""
+
+    def step_async(self, actions: np.ndarray) -> None:
+        """Send one action per env."""
+
+    def step_wait(self) -> Any:
+        """Wait for the step; return observations, rewards, dones and infos."""
+
+    def close(self) -> None:
+        """Stop the workers and release their resources."""
 
 
 # A builder gets the factories, the worker count (None: the backend's default) and the start method.
@@ -63,21 +72,26 @@ class GymAsyncAdapter:
         return list(self._env.processes)
 
     def seed(self, seed: int | None = None) -> None:
+        """Seed for the next :meth:`reset` (gymnasium gives env ``i`` the seed ``seed + i``)."""
         self._seed = seed
 
     def reset(self) -> np.ndarray:
+        """Reset every env (with the pending seed, once); return the batch of observations."""
         obs, _ = self._env.reset(seed=self._seed)
         self._seed = None
         return obs
 
     def step_async(self, actions: np.ndarray) -> None:
+        """Send the actions to gymnasium's workers."""
         self._env.step_async(actions)
 
     def step_wait(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict]:
+        """Wait for the step; rewards as float32 and ``dones = terminated | truncated``, as SB3."""
         obs, rewards, terminated, truncated, infos = self._env.step_wait()
         return obs, rewards.astype(np.float32), terminated | truncated, infos
 
     def close(self) -> None:
+        """Close gymnasium's workers."""
         self._env.close()
 
 
@@ -146,15 +160,17 @@ def make_vec_env(
     backend: str,
     env_fns: list[Callable[[], gym.Env]],
     n_workers: int | None = None,
-    start_method: str = "fork",
+    start_method: str | None = None,
 ) -> Any:
     """Build one backend over ``env_fns``.
 
     :param n_workers: worker processes for backends that take it (default None: the backend's own
         default); ignored by the others.
-    :param start_method: multiprocessing start method for the process backends (default ``fork``:
-        fastest to start, and workers do not re-import torch).
-    :raises ValueError: for an unknown backend.
+    :param start_method: multiprocessing start method for the process backends (default None:
+        ShmVecEnv's own default, forkserver where the platform has it, else spawn).
+    :raises ValueError: for an unknown backend or start method.
     """
+    from shmvec._start_methods import resolve_start_method
+
     check_backend(backend)
-    return _BUILDERS[backend](list(env_fns), n_workers, start_method)
+    return _BUILDERS[backend](list(env_fns), n_workers, resolve_start_method(start_method))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from shmvec.bench.results import BenchResult, Point
+from shmvec.bench.results import MAX_OTHER_CORES, BenchResult, Point
 from shmvec.bench.stats import overlaps
 
 # Share of a batch step above which one component is called the bottleneck.
@@ -55,6 +55,12 @@ def _bound(result: BenchResult, point: Point, sh: dict[str, float]) -> tuple[str
             "IPC/wait-bound: the time in step_wait beyond the envs' own compute (pipes, wake-ups, workers "
             f"waiting for a CPU) dominates{theirs}"
         )
+    other = point.median("other_cores")
+    if busy < _SATURATED * cpus and (other > MAX_OTHER_CORES or result.alone_starved):
+        return "shared", (
+            f"env-bound with {busy:.1f} of {cpus} CPUs busy for this VecEnv while other processes took "
+            f"{other:.1f} cores: the CPUs were shared, so the low use says nothing about the env"
+        )
     if result.cpu_fraction < 1:
         return "io", (
             f"env-bound, but the env waits rather than computes ({busy:.1f} of {cpus} CPUs busy): "
@@ -90,16 +96,40 @@ def spinning(result: BenchResult) -> dict[str, float]:
     return out
 
 
-def recommend(result: BenchResult) -> dict[str, Any]:
-    """The best configuration, how it compares with the runner-up and SubprocVecEnv, and why.
+def declined(result: BenchResult) -> list[str]:
+    """Why the measurements cannot carry a recommendation (empty when they can): the fastest or the
+    runner-up configuration was disturbed, half of the configurations or more were, or other
+    processes kept the CPUs busy while the env was measured alone (so the ceiling is unknown)."""
+    ranked = _ranked(result)
+    why = []
+    for role, p in zip(("fastest", "runner-up"), ranked[:2]):
+        if p.disturbed:
+            why.append(f"the {role} configuration ({p.config.label}) was disturbed: {'; '.join(p.disturbed)}")
+    n_disturbed = sum(bool(p.disturbed) for p in ranked)
+    if ranked and n_disturbed * 2 >= len(ranked):
+        why.append(f"{n_disturbed} of {len(ranked)} configurations were disturbed")
+    if result.alone_starved:
+        other = sorted(result.alone_other_cores)[len(result.alone_other_cores) // 2]
+        why.append(f"other processes took {other:.1f} cores while the env was measured alone")
+    return why
 
-    :returns: a dict with ``text`` (plain words) and the figures it is built from.
-    """
-    ranked = sorted(
+
+def _ranked(result: BenchResult) -> list[Point]:
+    return sorted(
         (p for p in result.points if p.steps_per_s is not None),
         key=lambda p: p.steps_per_s.median,  # type: ignore[union-attr]
         reverse=True,
     )
+
+
+def recommend(result: BenchResult) -> dict[str, Any]:
+    """The best configuration, how it compares with the runner-up and SubprocVecEnv, and why; or,
+    when the measurements were disturbed (:func:`declined`), no recommendation and why not.
+
+    :returns: a dict with ``text`` (plain words), ``declined`` (the reasons; empty when it
+        recommends) and the figures the text is built from.
+    """
+    ranked = _ranked(result)
     if not ranked:
         return {"text": "nothing was measured"}
     best = ranked[0]
@@ -116,11 +146,21 @@ def recommend(result: BenchResult) -> dict[str, Any]:
         "bound": bound,
         "ceiling": ceiling,
         "ceiling_fraction": rate.median / ceiling if ceiling else None,
+        "declined": declined(result),
     }
-    text = [
-        f"Best: {best.config.label} at {rate.median:,.0f} steps/s "
-        f"(95% CI {rate.ci_low:,.0f}-{rate.ci_high:,.0f})"
-    ]
+    if out["declined"]:
+        text = [
+            "No recommendation: the measurement was disturbed ("
+            + "; ".join(out["declined"])
+            + "). Re-run on a quiet machine. "
+            f"Fastest as measured, not a recommendation: {best.config.label} at {rate.median:,.0f} "
+            f"steps/s (95% CI {rate.ci_low:,.0f}-{rate.ci_high:,.0f})"
+        ]
+    else:
+        text = [
+            f"Best: {best.config.label} at {rate.median:,.0f} steps/s "
+            f"(95% CI {rate.ci_low:,.0f}-{rate.ci_high:,.0f})"
+        ]
     if len(ranked) > 1:
         second = ranked[1]
         assert second.steps_per_s is not None
@@ -144,8 +184,10 @@ def recommend(result: BenchResult) -> dict[str, Any]:
     if sh:
         parts = ", ".join(f"{k} {v:.0%}" for k, v in sh.items() if k != "other")
         step_ms = best.representative().step_s * 1e3
-        text.append(f" Where a step's {step_ms:.2f} ms go: {parts}. {why[0].upper()}{why[1:]}.")
-    if ceiling:
+        text.append(f" Where a step's {step_ms:.2f} ms go: {parts}.")
+        if not out["declined"]:
+            text.append(f" {why[0].upper()}{why[1:]}.")
+    if ceiling and not out["declined"]:
         text.append(
             f" It reaches {out['ceiling_fraction']:.0%} of the ceiling ({ceiling:,.0f} steps/s = "
             f"{result.ceiling_rule()})."
@@ -161,8 +203,5 @@ def recommend(result: BenchResult) -> dict[str, Any]:
             "ShmVecEnv pauses them (pause_openmp=True, the default); for other VecEnvs set "
             "OMP_WAIT_POLICY=PASSIVE before torch is imported."
         )
-    disturbed = [p.config.label for p in result.points if p.disturbed]
-    if disturbed:
-        text.append(f" Disturbed points (re-measure on a quiet machine): {', '.join(disturbed)}.")
     out["text"] = "".join(text)
     return out

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import textwrap
 from pathlib import Path
 
 from shmvec.bench.recommend import recommend
@@ -20,7 +21,25 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:.2f}"
 
 
-def _rows(result: BenchResult) -> list[list[str]]:
+#: Terminal output fits this many columns (tables and wrapped text).
+WIDTH = 100
+
+# Two tables, each narrower than WIDTH: throughput and where a step's time goes; then resources.
+_TIME_HEADER = [
+    "config",
+    "steps/s",
+    "95% CI",
+    "of ceiling",
+    "step ms",
+    "env ms",
+    "IPC+wait ms",
+    "copy ms",
+    "policy ms",
+]
+_RESOURCE_HEADER = ["config", "CPU cores", "PSS MB", "shm MB", "start-up s", "disturbed"]
+
+
+def _time_rows(result: BenchResult) -> list[list[str]]:
     rows = []
     for p in result.points:
         s = p.steps_per_s
@@ -38,66 +57,86 @@ def _rows(result: BenchResult) -> list[list[str]]:
                 _ms(b["ipc_s"] + b["send_s"]),
                 _ms(b["copy_s"]),
                 _ms(b["policy_s"]),
-                f"{p.median('cpu_cores'):.2f}",
-                f"{p.median('pss_bytes') / _MB:,.0f}",
-                f"{p.median('shm_bytes') / _MB:,.1f}",
-                f"{p.median('startup_s'):.2f}",
-                "; ".join(p.disturbed) or "-",
             ]
         )
     return rows
 
 
-_HEADER = [
-    "config",
-    "steps/s",
-    "95% CI",
-    "of ceiling",
-    "step ms",
-    "env ms",
-    "IPC+wait ms",
-    "copy ms",
-    "policy ms",
-    "CPU cores",
-    "PSS MB",
-    "shm MB",
-    "start-up s",
-    "disturbed",
-]
+def _resource_rows(result: BenchResult) -> list[list[str]]:
+    return [
+        [
+            p.config.label,
+            f"{p.median('cpu_cores'):.2f}",
+            f"{p.median('pss_bytes') / _MB:,.0f}",
+            f"{p.median('shm_bytes') / _MB:,.1f}",
+            f"{p.median('startup_s'):.2f}",
+            "yes" if p.disturbed else "-",
+        ]
+        for p in result.points
+        if p.steps_per_s is not None
+    ]
+
+
+def _disturbed_lines(result: BenchResult) -> list[str]:
+    return [f"{p.config.label}: {'; '.join(p.disturbed)}" for p in result.points if p.disturbed]
 
 
 def _headline(result: BenchResult) -> str:
     a = result.alone_summary
     spec = result.spec
+    method = f", start method {spec.start_method}" if spec.start_method else ""
     return (
         f"{spec.env}, policy {spec.policy}, {spec.repeats} x {spec.seconds:g} s per configuration "
-        f"(interleaved), {result.machine['usable_cpus']} usable CPUs. One env alone: {a.median:,.0f} "
-        f"steps/s (95% CI {a.ci_low:,.0f}-{a.ci_high:,.0f}); ceiling = {result.ceiling_rule()}."
+        f"(interleaved), {result.machine['usable_cpus']} usable CPUs{method}. One env alone: "
+        f"{a.median:,.0f} steps/s (95% CI {a.ci_low:,.0f}-{a.ci_high:,.0f}); ceiling = "
+        f"{result.ceiling_rule()}."
     )
 
 
+def _fixed(header: list[str], rows: list[list[str]]) -> list[str]:
+    table = [header, *rows]
+    widths = [max(len(r[i]) for r in table) for i in range(len(header))]
+    return [
+        "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
+        for r in table
+    ]
+
+
 def table(result: BenchResult) -> str:
-    """A fixed-width table for the terminal, with the headline and the recommendation."""
-    rows = [_HEADER, *_rows(result)]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(_HEADER))]
-    lines = [_headline(result), ""]
-    for r in rows:
-        lines.append(
-            "  ".join(
-                (c if i == 13 else c.ljust(w)) if i in (0, 13) else c.rjust(w)
-                for i, (c, w) in enumerate(zip(r, widths))
-            )
-        )
-    lines += ["", result.recommendation.get("text", "")]
+    """The terminal report: headline, two tables, disturbed points and the recommendation, all
+    within :data:`WIDTH` columns."""
+    lines = textwrap.wrap(_headline(result), WIDTH) + [""]
+    lines += _fixed(_TIME_HEADER, _time_rows(result)) + [""]
+    lines += _fixed(_RESOURCE_HEADER, _resource_rows(result))
+    disturbed = _disturbed_lines(result)
+    if disturbed:
+        lines += ["", "Disturbed:"]
+        lines += [
+            w
+            for d in disturbed
+            for w in textwrap.wrap(d, WIDTH, initial_indent="  ", subsequent_indent="    ")
+        ]
+    lines += [""] + textwrap.wrap(result.recommendation.get("text", ""), WIDTH)
     return "\n".join(lines).rstrip() + "\n"
 
 
+def _md_table(header: list[str], rows: list[list[str]]) -> list[str]:
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + [
+        "| " + " | ".join(r) + " |" for r in rows
+    ]
+
+
 def markdown(result: BenchResult, plot: str | None = None) -> str:
-    """The README's results block: headline, table, plot link and recommendation."""
-    lines = [_headline(result), "", "| " + " | ".join(_HEADER) + " |", "|" + "---|" * len(_HEADER)]
-    lines += ["| " + " | ".join(r) + " |" for r in _rows(result)]
+    """A results block for the docs: headline, the two tables, plot link, disturbed points and the
+    recommendation."""
+    lines = [_headline(result), ""]
+    lines += _md_table(_TIME_HEADER, _time_rows(result)) + [""]
+    lines += _md_table(_RESOURCE_HEADER, _resource_rows(result))
     if plot:
         lines += ["", f"![steps/s against n_envs]({plot})"]
+    disturbed = _disturbed_lines(result)
+    if disturbed:
+        lines += ["", "Disturbed points: " + ", ".join(disturbed) + "."]
     lines += ["", result.recommendation.get("text", "")]
     return "\n".join(lines) + "\n"
 

@@ -35,19 +35,23 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from shmvec._start_methods import resolve_start_method
 from shmvec.bench import system
 from shmvec.bench.backends import make_vec_env
 from shmvec.bench.envs import check_env_name, env_factory
 from shmvec.bench.policy import make_actor
 from shmvec.bench.recommend import recommend
-from shmvec.bench.results import BenchResult, BenchSpec, Config, Point, Sample
+from shmvec.bench.results import (
+    MAX_OTHER_CORES,
+    MAX_REL_SPREAD,
+    MAX_STEAL,
+    BenchResult,
+    BenchSpec,
+    Config,
+    Point,
+    Sample,
+)
 from shmvec.bench.stats import summarize
-
-# A point is flagged as disturbed when any of these is exceeded.
-MAX_REL_SPREAD = 0.25  # (max - min) / median of the repeats' steps/s
-MAX_OTHER_CORES = 0.3  # CPU (in cores) that processes outside the benchmarked tree took
-MAX_STEAL = 0.05  # fraction of CPU time the hypervisor stole
-
 
 Progress = Callable[[int, int, str], None]
 
@@ -59,6 +63,8 @@ def run(spec: BenchSpec, progress: Progress | None = None) -> BenchResult:
     :raises ValueError: for a bad spec or an env that cannot be created.
     """
     spec.validate()
+    # Recorded resolved, so the JSON says which start method the start-up figures are for.
+    spec.start_method = resolve_start_method(spec.start_method)
     check_env_name(spec.env, **spec.env_kwargs)
     env_fn = env_factory(spec.env, **spec.env_kwargs)
     actor = make_actor(spec.policy, env_fn, spec.seed)
@@ -66,15 +72,17 @@ def run(spec: BenchSpec, progress: Progress | None = None) -> BenchResult:
     points = [Point(c) for c in configs]
     alone: list[float] = []
     alone_cpu: list[float] = []
+    alone_other: list[float] = []
     probe = env_fn()
     obs_bytes = int(sum(np.asarray(x).nbytes for x in _leaves(probe.observation_space.sample())))
     probe.close()
     copy_s = {n: _copy_time(probe.observation_space, n) for n in sorted(set(spec.n_envs))}
     total, done = (len(configs) + 1) * spec.repeats, 0
     for r in range(spec.repeats):
-        rate, cpu = _measure_alone(env_fn, spec.seconds, spec.seed + r)
+        rate, cpu, other = _measure_alone(env_fn, spec.seconds, spec.seed + r)
         alone.append(rate)
         alone_cpu.append(cpu)
+        alone_other.append(other)
         done += 1
         if progress:
             progress(done, total, f"round {r + 1}: one env alone {alone[-1]:,.0f} steps/s")
@@ -96,7 +104,9 @@ def run(spec: BenchSpec, progress: Progress | None = None) -> BenchResult:
         "platform": platform.platform(),
         "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    result = BenchResult(spec, machine, obs_bytes, alone, alone_cpu, points, batch_copy_s=copy_s)
+    result = BenchResult(
+        spec, machine, obs_bytes, alone, alone_cpu, points, batch_copy_s=copy_s, alone_other_cores=alone_other
+    )
     for point in points:
         for sample in point.samples:
             n = point.config.n_envs
@@ -126,14 +136,15 @@ def _copy_time(space: gym.Space, n_envs: int) -> float:
     return float(np.median(times))
 
 
-def _measure_alone(env_fn: Callable[[], gym.Env], seconds: float, seed: int) -> tuple[float, float]:
-    """Steps/s of one env stepped in this process with random actions, resets included, and the
-    fraction of that time this process was on a CPU."""
+def _measure_alone(env_fn: Callable[[], gym.Env], seconds: float, seed: int) -> tuple[float, float, float]:
+    """Steps/s of one env stepped in this process with random actions, resets included; the
+    fraction of that time this process was on a CPU; and the CPU (in cores) other processes took."""
     env = env_fn()
     try:
         env.action_space.seed(seed)
         env.reset(seed=seed)
         actions = [env.action_space.sample() for _ in range(64)]
+        snap = system.cpu_snapshot([])
         steps, start, cpu = 0, time.perf_counter(), time.process_time()
         while True:
             _, _, term, trunc, _ = env.step(actions[steps % 64])
@@ -142,7 +153,10 @@ def _measure_alone(env_fn: Callable[[], gym.Env], seconds: float, seed: int) -> 
             steps += 1
             elapsed = time.perf_counter() - start
             if elapsed >= seconds:
-                return steps / elapsed, (time.process_time() - cpu) / elapsed
+                own = time.process_time() - cpu
+                after = system.cpu_snapshot([])
+                other = max(0.0, after.machine_busy_s - snap.machine_busy_s - (after.tree_s - snap.tree_s))
+                return steps / elapsed, own / elapsed, other / elapsed
     finally:
         env.close()
 

@@ -53,6 +53,7 @@ class TrainResult:
     runs: list[TrainRun] = field(default_factory=list)
 
     def by_backend(self) -> dict[str, list[TrainRun]]:
+        """The runs grouped by backend, in the order they ran."""
         out: dict[str, list[TrainRun]] = {}
         for r in self.runs:
             out.setdefault(r.backend, []).append(r)
@@ -75,6 +76,7 @@ class TrainResult:
         ]
 
     def to_dict(self) -> dict[str, Any]:
+        """JSON-serialisable: every run, which backends learned DummyVecEnv's parameters, problems."""
         d = asdict(self)
         d["identical_to_dummy"] = self.identical_to()
         d["problems"] = self.problems()
@@ -139,7 +141,7 @@ def train(
     n_envs: int = 4,
     total_steps: int = 2048,
     seeds: Sequence[int] = (0, 1, 2),
-    start_method: str = "fork",
+    start_method: str | None = None,
     progress: Callable[[str], None] | None = None,
     env_kwargs: dict[str, Any] | None = None,
 ) -> TrainResult:

@@ -63,6 +63,16 @@ def available() -> list[str]:
     return [name for name in [*_BUILTIN, *_USER] if _installed(name)]
 
 
+#: What ``pip install "shmvec[codecs]"`` installs, and so which codecs it makes available.
+EXTRA_PACKAGES = ("lz4", "zstandard", "numba", "opencv-python-headless")
+
+
+def missing() -> list[str]:
+    """Names of the built-in codecs that cannot be built here because a library is not installed
+    (``pip install "shmvec[codecs]"`` installs them all: :data:`EXTRA_PACKAGES`)."""
+    return [name for name in _BUILTIN if not _installed(name)]
+
+
 def get(name: str, **params: Any) -> Codec:
     """Build the codec ``name`` with ``params`` (see each codec's class for its parameters).
 
@@ -131,4 +141,15 @@ def per_leaf(
     return out
 
 
-__all__ = ["Codec", "CodecError", "CodecSpec", "available", "get", "parse", "per_leaf", "register"]
+__all__ = [
+    "EXTRA_PACKAGES",
+    "Codec",
+    "CodecError",
+    "CodecSpec",
+    "available",
+    "get",
+    "missing",
+    "parse",
+    "per_leaf",
+    "register",
+]

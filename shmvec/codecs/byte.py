@@ -36,6 +36,7 @@ class ByteCodec(Codec):
         """Decompress to exactly ``n`` bytes; raise :class:`CodecError` on corrupt input."""
 
     def max_encoded_size(self, shape: tuple[int, ...], dtype: np.dtype) -> int:
+        """Worst-case compressed size of one array in bytes (:meth:`bound` of its size)."""
         return self.bound(nbytes(shape, dtype))
 
     def compress_into(self, src: np.ndarray, out: np.ndarray) -> int:
@@ -54,9 +55,11 @@ class ByteCodec(Codec):
         out[:] = np.frombuffer(raw, np.uint8)
 
     def encode(self, arr: np.ndarray, out: np.ndarray, stream: Any = None) -> int:
+        """Compress the array's raw bytes into ``out``; return the number of bytes written."""
         return self.compress_into(byte_view(arr), out)
 
     def decode(self, data: np.ndarray, out: np.ndarray, stream: Any = None) -> np.ndarray:
+        """Decompress ``data`` into ``out`` (which must hold exactly the original bytes); return ``out``."""
         self.decompress_into(data, out_bytes(out))
         return out
 
@@ -76,12 +79,15 @@ class LZ4Codec(ByteCodec):
         self.acceleration = int(acceleration)
 
     def params(self) -> dict[str, Any]:
+        """``{"acceleration": ...}``: LZ4's speed/ratio trade-off (1 = best ratio)."""
         return {"acceleration": self.acceleration}
 
     def bound(self, n: int) -> int:
+        """LZ4's worst-case compressed size of ``n`` input bytes."""
         return n + n // 255 + 16  # LZ4_COMPRESSBOUND
 
     def compress(self, src: np.ndarray) -> bytes:
+        """LZ4 block compression of a flat ``uint8`` array (no size header)."""
         import lz4.block
 
         if self.acceleration == 1:
@@ -89,6 +95,7 @@ class LZ4Codec(ByteCodec):
         return lz4.block.compress(src, mode="fast", acceleration=self.acceleration, store_size=False)
 
     def decompress(self, data: np.ndarray, n: int) -> bytes:
+        """LZ4 block decompression of ``data`` into ``n`` bytes."""
         import lz4.block
 
         try:
@@ -112,6 +119,7 @@ class ZstdCodec(ByteCodec):
         self._local = threading.local()
 
     def params(self) -> dict[str, Any]:
+        """``{"level": ...}``: the zstd compression level."""
         return {"level": self.level}
 
     def __getstate__(self) -> dict[str, Any]:
@@ -122,6 +130,7 @@ class ZstdCodec(ByteCodec):
         self.__init__(**state)  # type: ignore[misc]
 
     def bound(self, n: int) -> int:
+        """zstd's worst-case compressed size of ``n`` input bytes."""
         # ZSTD_COMPRESSBOUND, plus room for the frame header with the content size.
         return n + (n >> 8) + (((128 << 10) - n) >> 11 if n < (128 << 10) else 0) + 32
 
@@ -137,9 +146,11 @@ class ZstdCodec(ByteCodec):
         return ctx
 
     def compress(self, src: np.ndarray) -> bytes:
+        """zstd compression of a flat ``uint8`` array, with this thread's compression context."""
         return self._contexts()[0].compress(src)
 
     def decompress(self, data: np.ndarray, n: int) -> bytes:
+        """zstd decompression of ``data`` into ``n`` bytes, with this thread's context."""
         import zstandard
 
         try:

@@ -123,20 +123,24 @@ class DeltaCodec(Codec):
         self.backend, self.level, self.key_every = backend, int(level), int(key_every)
 
     def params(self) -> dict[str, Any]:
+        """``backend``, ``level`` (zstd only) and ``key_every``."""
         level = {"level": self.level} if self.backend == "zstd" else {}
         return {"backend": self.backend, **level, "key_every": self.key_every}
 
     def max_encoded_size(self, shape: tuple[int, ...], dtype: np.dtype) -> int:
+        """Header plus the backend's bound for a key frame (every word changed), in bytes."""
         words = -(-nbytes(shape, dtype) // 8)
         return _HEADER + self.inner.bound(8 * (words + 1))
 
     def new_stream(self, shape: tuple[int, ...], dtype: np.dtype) -> DeltaStream:
+        """State for one env's leaf: the previous frame's words and scratch; begins with a key frame."""
         n = nbytes(shape, dtype)
         words = -(-n // 8)
         pad = np.zeros(words, np.uint64) if n % 8 else None
         return DeltaStream(np.zeros(words, np.uint64), np.zeros(words + 1, np.uint64), pad)
 
     def restart(self, stream: DeltaStream) -> None:
+        """Make the next frame of ``stream`` a key frame (called after the env resets)."""
         stream.need_key = True
 
     @staticmethod
@@ -152,6 +156,10 @@ class DeltaCodec(Codec):
         return stream.pad
 
     def encode(self, arr: np.ndarray, out: np.ndarray, stream: Any = None) -> int:
+        """Encode one frame against the stream's previous one (a key frame when due); return bytes written.
+
+        :raises CodecError: without a ``stream``.
+        """
         if stream is None:
             raise CodecError("delta is stateful: pass a stream from new_stream() to encode/decode")
         cur = self._words(arr, stream)
@@ -168,6 +176,10 @@ class DeltaCodec(Codec):
         return _HEADER + self.inner.compress_into(payload.view(np.uint8), out[_HEADER:])
 
     def decode(self, data: np.ndarray, out: np.ndarray, stream: Any = None) -> np.ndarray:
+        """Rebuild one frame from ``data`` and the stream's previous frame into ``out``; return ``out``.
+
+        :raises CodecError: without a ``stream``, or for a corrupt or out-of-sequence frame.
+        """
         if stream is None:
             raise CodecError("delta is stateful: pass a stream from new_stream() to encode/decode")
         if data.size < _HEADER:

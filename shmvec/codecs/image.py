@@ -42,6 +42,10 @@ class ImageCodec(Codec):
         return (shape[0], int(np.prod(shape[1:], dtype=np.int64)))
 
     def check(self, shape: tuple[int, ...], dtype: np.dtype) -> None:
+        """Refuse dtypes the format cannot hold and images with a side longer than ``max_side`` pixels.
+
+        :raises CodecError: naming the shape or dtype.
+        """
         if np.dtype(dtype).name not in self.dtypes:
             raise CodecError(
                 f"{self.name} cannot encode {np.dtype(dtype).name} arrays (only {', '.join(self.dtypes)}); "
@@ -58,6 +62,7 @@ class ImageCodec(Codec):
         return []
 
     def encode(self, arr: np.ndarray, out: np.ndarray, stream: Any = None) -> int:
+        """Encode the image with OpenCV into ``out``; return the number of bytes written."""
         import cv2
 
         self.check(arr.shape, arr.dtype)
@@ -71,6 +76,7 @@ class ImageCodec(Codec):
         return int(packed.size)
 
     def decode(self, data: np.ndarray, out: np.ndarray, stream: Any = None) -> np.ndarray:
+        """Decode an image OpenCV encoded into ``out``; return ``out``."""
         import cv2
 
         image = cv2.imdecode(data, cv2.IMREAD_UNCHANGED)
@@ -101,14 +107,17 @@ class PNGCodec(ImageCodec):
         self.level = int(level)
 
     def params(self) -> dict[str, Any]:
+        """``{"level": ...}``: PNG's zlib compression level."""
         return {"level": self.level}
 
     def flags(self) -> list[int]:
+        """OpenCV ``imencode`` flags for this level."""
         import cv2
 
         return [cv2.IMWRITE_PNG_COMPRESSION, self.level]
 
     def max_encoded_size(self, shape: tuple[int, ...], dtype: np.dtype) -> int:
+        """Worst-case PNG size in bytes: the raw pixels plus zlib's and PNG's overhead."""
         # Stored deflate blocks (5 bytes per 16 KiB at worst), one filter byte per row, chunk headers.
         rows = self._image_shape(shape)[0]
         n = nbytes(shape, dtype)
@@ -131,14 +140,17 @@ class JPEGCodec(ImageCodec):
         self.quality = int(quality)
 
     def params(self) -> dict[str, Any]:
+        """``{"quality": ...}``: JPEG quality, 0-100."""
         return {"quality": self.quality}
 
     def flags(self) -> list[int]:
+        """OpenCV ``imencode`` flags for this quality."""
         import cv2
 
         return [cv2.IMWRITE_JPEG_QUALITY, self.quality]
 
     def max_encoded_size(self, shape: tuple[int, ...], dtype: np.dtype) -> int:
+        """Worst-case JPEG size in bytes (generous: JPEG can exceed the raw size at high quality)."""
         # libjpeg-turbo's tjBufSize: 16x16-padded image, 6 bytes per pixel at worst, plus headers.
         h, w = self._image_shape(shape)[:2]
         return ((w + 15) // 16 * 16) * ((h + 15) // 16 * 16) * 6 + 2048
@@ -161,20 +173,27 @@ class WebPCodec(ImageCodec):
         self.lossless = self.quality > 100
 
     def params(self) -> dict[str, Any]:
+        """``{"quality": ...}``: WebP quality, 1-100, or 101 for lossless."""
         return {"quality": self.quality}
 
     def flags(self) -> list[int]:
+        """OpenCV ``imencode`` flags for this quality."""
         import cv2
 
         return [cv2.IMWRITE_WEBP_QUALITY, self.quality]
 
     def check(self, shape: tuple[int, ...], dtype: np.dtype) -> None:
+        """As :meth:`ImageCodec.check`, and only ``(H, W, 3)`` images (OpenCV decodes grey as 3 channels).
+
+        :raises CodecError: naming the shape or dtype.
+        """
         super().check(shape, dtype)
         if len(shape) != 3 or shape[2] != 3:
             # OpenCV stores grey WebP as 3 channels and would decode a different shape.
             raise CodecError(f"webp encodes (H, W, 3) images only, not {shape}")
 
     def max_encoded_size(self, shape: tuple[int, ...], dtype: np.dtype) -> int:
+        """Worst-case WebP size in bytes (generous, as for JPEG)."""
         return 2 * nbytes(shape, dtype) + 4096
 
 
