@@ -17,6 +17,7 @@ import ctypes
 import faulthandler
 import os
 import pickle
+import random
 import signal
 import sys
 from collections.abc import Callable
@@ -116,10 +117,37 @@ def _is_wrapped(env: gym.Env, wrapper_class: type) -> bool:
     return False
 
 
-class _Worker:
-    """State of one worker: its envs and its slice of the ring."""
+class GlobalRngs:
+    """One process-global RNG state (``np.random.*``, ``random.*``) per env, swapped in around each
+    call into it, so envs packed into one worker draw what they would draw alone in a process
+    forked from the same parent (SubprocVecEnv under fork), whatever ``n_workers`` is.
 
-    def __init__(self, envs: list[gym.Env], first_env: int) -> None:
+    :param n_envs: envs of this worker. Each starts from the process's numpy state (under fork: the
+        parent's, as a forked process keeps it) and a freshly seeded ``random`` state (a forked
+        process reseeds ``random`` from the OS).
+    """
+
+    def __init__(self, n_envs: int) -> None:
+        np_state = np.random.get_state()
+        self.states = [(np_state, random.Random().getstate()) for _ in range(n_envs)]
+
+    def enter(self, i: int) -> None:
+        np_state, py_state = self.states[i]
+        np.random.set_state(np_state)
+        random.setstate(py_state)
+
+    def leave(self, i: int) -> None:
+        self.states[i] = (np.random.get_state(), random.getstate())
+
+
+class _Worker:
+    """State of one worker: its envs and its slice of the ring.
+
+    :param rngs: per-env global RNG states, or None to leave the globals shared.
+    """
+
+    def __init__(self, envs: list[gym.Env], first_env: int, rngs: GlobalRngs | None = None) -> None:
+        self.rngs = rngs
         self.envs = envs
         self.first_env = first_env
         self.current: int | None = None  # local index of the env being called, for error reports
@@ -167,11 +195,16 @@ class _Worker:
         self.names = [leaf.name for leaf in self.leaves]
 
     def configure(self, payload: dict[str, Any]) -> None:
-        """Options sent after ``attach``: ``check_finite`` (bool), ``autoreset`` (mode name), and
-        ``reset_seeds`` (one per env: reset every env, with that seed, in place of its next step)."""
+        """Options sent after ``attach``: ``check_finite`` (bool), ``autoreset`` (mode name),
+        ``reset_seeds`` (one per env: reset every env, with that seed, in place of its next step) and
+        ``key_frames`` (every env's next encoded frame is a key frame)."""
         if payload.get("check_finite"):
             self.finite_rules = inf_allowed(self.space)
         self.autoreset = payload.get("autoreset", self.autoreset)
+        if payload.get("key_frames"):
+            for encoder in self.encoders:
+                for i in range(len(self.envs)):
+                    encoder.restart(i)
         seeds = payload.get("reset_seeds")
         if seeds is not None:
             self.ended = [True] * len(self.envs)
@@ -196,9 +229,12 @@ class _Worker:
         rewards, terminated, truncated = self.rewards[slot], self.terminated[slot], self.truncated[slot]
         same_step = self.autoreset == "same_step"
         ended = self.ended
+        rngs = self.rngs
         replies = []
         for i, env in enumerate(self.envs):
             self.current = i
+            if rngs is not None:
+                rngs.enter(i)
             reset_info = None
             if ended[i]:
                 # next_step mode: the episode ended in the last step; this step is its reset.
@@ -224,6 +260,8 @@ class _Worker:
                         self._restart_codecs(i)
                     elif self.autoreset == "next_step":
                         ended[i] = True
+            if rngs is not None:
+                rngs.leave(i)
             self.write(obs_slot, i, obs)
             rewards[i] = reward
             terminated[i] = term
@@ -249,7 +287,11 @@ class _Worker:
             self.current = i
             self.ended[i], self.next_seeds[i] = False, None
             maybe_options = {"options": options[i]} if options[i] else {}
+            if self.rngs is not None:
+                self.rngs.enter(i)
             obs, info = _check_reset(env.reset(seed=seeds[i], **maybe_options), self.first_env + i)
+            if self.rngs is not None:
+                self.rngs.leave(i)
             self._restart_codecs(i)
             self.write(obs_slot, i, obs)
             infos.append(info)
@@ -260,7 +302,11 @@ class _Worker:
         results = []
         for i in indices:
             self.current = i
+            if self.rngs is not None:
+                self.rngs.enter(i)
             results.append(call(self.envs[i]))
+            if self.rngs is not None:
+                self.rngs.leave(i)
         self.current = None
         return results
 
@@ -402,6 +448,7 @@ def worker_main(
     first_env: int,
     n_threads: int | None,
     fault_log: str | None = None,
+    isolate_rng: bool = False,
 ) -> None:
     """Entry point of a worker process.
 
@@ -410,6 +457,7 @@ def worker_main(
     :param first_env: global index of the first env of this worker.
     :param n_threads: BLAS/OpenMP threads allowed in this worker (None: leave as is).
     :param fault_log: file for faulthandler's traceback if the worker crashes (None: stderr).
+    :param isolate_rng: give each env its own process-global RNG state (see :class:`GlobalRngs`).
     """
     # Ctrl-C reaches the whole process group; the main process decides what happens, then closes us.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -420,10 +468,15 @@ def worker_main(
     envs: list[gym.Env] = []
     try:
         fns = cloudpickle.loads(env_fns) if isinstance(env_fns, bytes) else env_fns
-        for fn in fns:
+        rngs = GlobalRngs(len(fns)) if isolate_rng else None
+        for i, fn in enumerate(fns):
+            if rngs is not None:
+                rngs.enter(i)
             envs.append(make_env(fn))
+            if rngs is not None:
+                rngs.leave(i)
         spaces_ = [(env.observation_space, env.action_space) for env in envs]
-        worker = _Worker(envs, first_env)
+        worker = _Worker(envs, first_env, rngs)
     except BaseException as exc:  # noqa: BLE001 - anything a user factory raises goes back
         conn.send((False, RemoteError.capture(exc, first_env + len(envs), "make_env", pid)))
         conn.close()

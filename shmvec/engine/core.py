@@ -97,8 +97,15 @@ class Engine:
         self.supervisor = Supervisor(self, opts.budget(), n_envs)
         self.slots = Slots(opts.n_slots, opts.copy)
         self._stepping: list[int] = list(range(self.n_workers))
+        self._posted_faults: list[Fault] = []
         self.pool = WorkerPool(
-            ctx, self.start_method, self.worker_envs, env_fns, opts.worker_threads, opts.timeout
+            ctx,
+            self.start_method,
+            self.worker_envs,
+            env_fns,
+            opts.worker_threads,
+            opts.timeout,
+            opts.isolate_rng,
         )
         self.res = self.pool.res
         self._finalizer = weakref.finalize(self, self.res.release)
@@ -198,6 +205,8 @@ class Engine:
             w = min(errors)
             if cmd in _START_UP:
                 self.give_up()
+            elif cmd == Command.STEP and self.reader.decoded:
+                self._resync()
             self.waiting = False
             raise env_error(errors[w], w, self.worker_envs[w])
         if faults and cmd not in _RESTART_ON_ENV_ERROR:
@@ -325,16 +334,17 @@ class Engine:
         # Restart mode: a worker rebuilt since the last step has fresh envs that are not reset yet;
         # step_wait resets them instead of stepping them.
         needs_reset = self.supervisor.needs_reset
-        self._stepping = [w for w in range(self.n_workers) if w not in needs_reset]
-        pool = self.pool
-        for w in self._stepping:
-            g = self.worker_envs[w]
-            payload = (slot, None if in_ring else actions[g.start : g.stop])
-            if not pool.send(w, Command.STEP, payload) and not self.restart:
-                error = pool.lost(w, "step").error
-                self.give_up()
-                raise error
-            # Restart mode: the wait in step_wait sees the dead worker and rebuilds it.
+        stepping = [w for w in range(self.n_workers) if w not in needs_reset]
+        groups = self.worker_envs
+        payloads = [(slot, None if in_ring else actions[groups[w].start : groups[w].stop]) for w in stepping]
+        faults = self.pool.post(Command.STEP, payloads, stepping, "step", stop_on_fault=not self.restart)
+        if faults and not self.restart:
+            self.give_up(graceful=not isinstance(faults[0].error, EnvTimeoutError))
+            raise faults[0].error
+        # Restart mode: step_wait rebuilds the workers that could not take the step.
+        self._posted_faults = faults
+        failed = {f.worker for f in faults}
+        self._stepping = [w for w in stepping if w not in failed]
         self.waiting = True
 
     def step_wait(self) -> StepBatch:
@@ -344,6 +354,7 @@ class Engine:
             raise RuntimeError("step_wait() called without step_async()")
         slot = self.slots.current
         outcome = self.pool.gather(self._stepping, "step", stop_on_fault=not self.restart)
+        outcome.faults = sorted(outcome.faults + self._posted_faults, key=lambda f: f.worker)
         faults = self._settle(outcome, Command.STEP)
         self.waiting = False
         infos: dict[int, dict[str, Any]] = {}
@@ -380,6 +391,14 @@ class Engine:
         arrays, finals = self.reader.read(slot, done, only=only)
         finals.update(restarted)
         return StepBatch(arrays, rewards, terminated, truncated, infos, reset_infos, finals)
+
+    def _resync(self) -> None:
+        """After a failed step, with codecs: some envs encoded a frame that was never decoded, so
+        every env starts over from a key frame (instead of every later step failing as "frame lost")."""
+        self.pool.call(
+            Command.CONFIGURE, [{"key_frames": True}] * self.n_workers, range(self.n_workers), "step", True
+        )
+        self.reader.restart(range(self.num_envs))
 
     def render_all(self) -> list[Any]:
         """``env.render()`` of every env, in env order."""

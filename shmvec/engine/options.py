@@ -36,6 +36,7 @@ class Options:
     max_restarts: int = 10
     restart_window: float | None = 60.0
     check_finite: bool = False
+    isolate_rng: bool = False
     autoreset: str = "same_step"
 
     def checked(self, n_envs: int) -> Options:
@@ -64,9 +65,6 @@ class Options:
             )
         if self.autoreset not in AUTORESET_MODES:
             raise ValueError(f"autoreset must be one of {AUTORESET_MODES}, got {self.autoreset!r}")
-        if self.codec is not None and (self.on_crash == "restart" or self.check_finite):
-            # Both read raw observations from the ring slots, which hold encoded bytes with a codec.
-            raise ValueError("on_crash='restart' and check_finite=True do not work with a codec yet")
         RestartBudget(self.max_restarts, self.restart_window)  # checks its own arguments
         return replace(self, n_workers=n_workers, n_slots=n_slots)
 
