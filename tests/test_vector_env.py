@@ -498,6 +498,17 @@ def test_make_vec_matches_gymnasium_make_vec(no_leaks):
         assert truncated  # the wrapper was applied in the workers
 
 
+def test_make_vec_imports_the_module_named_in_the_id(no_leaks):
+    """ "module:EnvId", as gymnasium.make_vec takes it: the module is imported (in the workers too,
+    where it registers its envs) before the id is looked up. examples/cleanrl_ppo_atari.py relies on
+    it with "ale_py:ALE/Pong-v5"."""
+    env_id = "gymnasium.envs.classic_control:CartPole-v1"
+    ref = gym.make_vec(env_id, 2, vectorization_mode="sync")
+    with closing(shmvec.make_vec(env_id, 2, start_method="forkserver", n_workers=1)) as env, closing(ref):
+        assert_reset_equal(env.reset(seed=1), ref.reset(seed=1), "reset")
+        assert_step_equal(env.step(np.array([0, 1])), ref.step(np.array([0, 1])), "step")
+
+
 # ---------------------------------------------------------------- faults: raise mode
 
 N_ENVS = 4
