@@ -277,7 +277,8 @@ def test_reset_mask(no_leaks, mode):
                 # an info key that is an int for one env and None for the next.)
                 mask = np.array([False, True, True, False])
                 got = env.reset(seed=[None, 21, 22, None], options={"reset_mask": mask.copy()})
-                assert_reset_equal(got, ref.reset(seed=[None, 21, 22, None], options={"reset_mask": mask}), t)
+                want = ref.reset(seed=[None, 21, 22, None], options={"reset_mask": mask})
+                assert_reset_equal(got, want, f"masked reset before step {t}")
             assert_step_equal(env.step(actions), ref.step(actions), f"step {t}")
         assert env.get_attr("resets") == ref.get_attr("resets")
 
