@@ -24,8 +24,8 @@ from gymnasium.wrappers.vector import DictInfoToList, RecordEpisodeStatistics
 import shmvec
 from shmvec import ClosedError, EnvError, EnvTimeoutError, WorkerCrashedError
 from shmvec.restart import REASON_KEY, RESTARTED_KEY, restart_seed
-from shmvec.synthetic import SyntheticImageEnv
-from tests.envs import FaultyEnv, TinyImageEnv, make_dict_env, make_tuple_env
+from shmvec.synthetic import SyntheticImageEnv, misbehave
+from tests.envs import FaultyEnv, TinyImageEnv, make_broken_env, make_dict_env, make_tuple_env
 from tests.helpers import assert_obs_equal
 from tests.vector_envs import make_copied_mutating, make_mutating
 
@@ -411,6 +411,19 @@ def test_close_without_reset(no_leaks):
     env = make([FaultyEnv] * 2)
     env.close()
     env.close()
+
+
+def test_factory_that_raises_names_the_env(no_leaks):
+    with pytest.raises(EnvError, match="the factory of env 2 raised RuntimeError: this factory is broken"):
+        make([FaultyEnv, FaultyEnv, make_broken_env])
+
+
+@pytest.mark.timeout(30)
+def test_hung_factory_is_bounded_by_timeout(no_leaks):
+    """Issue 9: starting a worker used to wait at least 60 s whatever ``timeout`` said (the test's
+    own 30 s limit is only a guard against that hang, not a speed requirement)."""
+    with pytest.raises(EnvTimeoutError):
+        make([FaultyEnv, functools.partial(misbehave, "hang")], timeout=1.0)
 
 
 # ---------------------------------------------------------------- gymnasium's vector wrappers
