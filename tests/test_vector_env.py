@@ -591,6 +591,27 @@ def test_fault_in_raise_mode(no_leaks, fault, where):
         env.close()
 
 
+@pytest.mark.parametrize("codec", [None, "delta"])
+def test_stepping_on_after_an_env_error(no_leaks, codec):
+    """After an EnvError in step (raise mode), stepping on without a reset works; with the delta codec
+    too (issue 9: it raised "frame lost" until reset()). The envs that did step in the failed call
+    (0, 1 and 2, before the victim) match a run without the fault."""
+    ref = SyncVectorEnv(faulty_fns(None))
+    with closing(make(faulty_fns("raise"), codec=codec)) as env, closing(ref):
+        assert_obs_equal(env.reset(seed=0)[0], ref.reset(seed=0)[0])
+        with pytest.raises(EnvError):
+            trigger(env, "step")
+        for _ in range(3):
+            ref.step(ACTIONS)
+        for t in (4, 5, 6):
+            obs, rewards, terminations, truncations, _ = env.step(ACTIONS)
+            r_obs, r_rewards, r_terminations, r_truncations, _ = ref.step(ACTIONS)
+            assert_obs_equal(obs[:3], r_obs[:3], f"step {t}")
+            np.testing.assert_array_equal(rewards[:3], r_rewards[:3])
+            np.testing.assert_array_equal(terminations, r_terminations)  # FaultyEnv's t went on
+            np.testing.assert_array_equal(truncations, r_truncations)
+
+
 # ---------------------------------------------------------------- faults: restart mode
 
 
