@@ -125,22 +125,7 @@ class ShmVecEnv(VecEnv):
         isolate_rng: bool = False,
     ) -> None:
         self._engine: Engine | None = None
-        options = Options(
-            n_workers=n_workers,
-            copy=copy,
-            n_slots=n_slots,
-            worker_threads=worker_threads,
-            timeout=timeout,
-            codec=codec,
-            verify_every=verify_every,
-            tolerance=tolerance,
-            decode_threads=decode_threads,
-            on_crash=on_crash,
-            max_restarts=max_restarts,
-            restart_window=restart_window,
-            check_finite=check_finite,
-            isolate_rng=isolate_rng,
-        )
+        options = Options.pick(locals())
         self._engine = Engine(env_fns, start_method, options)
         engine = self._engine
         self.start_method = engine.start_method

@@ -97,23 +97,7 @@ class ShmVectorEnv(VectorEnv):
     ) -> None:
         mode = to_autoreset_mode(autoreset_mode)
         self._engine: Engine | None = None
-        options = Options(
-            n_workers=n_workers,
-            copy=copy,
-            n_slots=n_slots,
-            worker_threads=worker_threads,
-            timeout=timeout,
-            codec=codec,
-            verify_every=verify_every,
-            tolerance=tolerance,
-            decode_threads=decode_threads,
-            on_crash=on_crash,
-            max_restarts=max_restarts,
-            restart_window=restart_window,
-            check_finite=check_finite,
-            isolate_rng=isolate_rng,
-            autoreset=_ENGINE_MODES[mode],
-        )
+        options = Options.pick(locals(), autoreset=_ENGINE_MODES[mode])
         self._engine = engine = Engine(env_fns, start_method, options, owner="ShmVectorEnv")
         self.autoreset_mode = mode
         self.copy = copy

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import multiprocessing as mp
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, Any
 
 from shmvec.codecs import Codec, CodecSpec
@@ -38,6 +38,13 @@ class Options:
     check_finite: bool = False
     isolate_rng: bool = False
     autoreset: str = "same_step"
+
+    @classmethod
+    def pick(cls, values: dict[str, Any], **overrides: Any) -> Options:
+        """Options from a face's parameters (``locals()`` of its ``__init__``: the names that are
+        options are taken, the rest ignored), then ``overrides``."""
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in values.items() if k in names}, **overrides)
 
     def checked(self, n_envs: int) -> Options:
         """These options with the defaults that depend on ``n_envs`` filled in.
