@@ -10,16 +10,16 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from shmvec.engine.batch import StepBatch
 from shmvec.engine.failures import add_note, env_error
 from shmvec.engine.options import Options, context
-from shmvec.engine.pool import Outcome, WorkerPool, split_envs
+from shmvec.engine.pool import Outcome, WorkerPool, by_worker, split_envs
 from shmvec.engine.reader import Reader
 from shmvec.engine.slots import Slots
 from shmvec.engine.supervisor import Supervisor
@@ -33,30 +33,6 @@ from shmvec.ring import Ring
 _RESTART_ON_ENV_ERROR = (Command.STEP, Command.RESET)
 # Bringing a worker up: a failure here is never recovered from by a restart.
 _START_UP = (Command.MAKE_ENV, Command.ATTACH, Command.CONFIGURE)
-
-
-@dataclass
-class StepBatch:
-    """What one step of every env gave.
-
-    :param obs: the observation leaves (see :mod:`shmvec.layout`), batched; with ``copy=True`` the
-        caller's own, else read-only views valid for ``n_slots - 1`` more batches.
-    :param rewards: ``(n_envs,)`` float64, a view of the ring valid until the next step.
-    :param terminated: ``(n_envs,)`` bool, likewise.
-    :param truncated: ``(n_envs,)`` bool, likewise.
-    :param infos: env index -> its step info, for envs whose info was not empty (fresh dicts).
-    :param reset_infos: env index -> reset info, for envs reset within this step.
-    :param finals: env index -> terminal observation leaves (copies), for envs whose episode ended
-        in this step (same-step autoreset, and envs rebuilt by restart mode).
-    """
-
-    obs: list[np.ndarray]
-    rewards: np.ndarray
-    terminated: np.ndarray
-    truncated: np.ndarray
-    infos: dict[int, dict[str, Any]]
-    reset_infos: dict[int, dict[str, Any]]
-    finals: dict[int, list[np.ndarray]]
 
 
 class Engine:
@@ -242,16 +218,7 @@ class Engine:
         self.check_open()
         if self.waiting:
             raise RuntimeError(f"{cmd.value} called while a step is pending: call step_wait() first")
-        groups: dict[int, tuple[list[int], list[int]]] = {}
-        for pos, i in enumerate(indices):
-            if not -self.num_envs <= i < self.num_envs:
-                raise IndexError(f"env index {i} out of range for {self.num_envs} envs")
-            i %= self.num_envs
-            w = next(w for w, g in enumerate(self.worker_envs) if i in g)
-            local, positions = groups.setdefault(w, ([], []))
-            local.append(i - self.worker_envs[w].start)
-            positions.append(pos)
-        plan = sorted(groups.items())
+        plan = by_worker(indices, self.worker_envs)
         label = cmd.label((None, *args))
         replies = self.call_workers(
             cmd, [(local, *args) for _, (local, _) in plan], [w for w, _ in plan], label

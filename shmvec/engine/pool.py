@@ -3,7 +3,8 @@
 :meth:`WorkerPool.call` never raises for what a worker did: it returns an :class:`Outcome` with the
 results, the exceptions the envs raised and the workers that died or hung, and the caller decides
 (raise, or rebuild the worker). Releasing everything goes through one path, :meth:`Resources.release`,
-which a ``weakref.finalize`` also runs if the owner is garbage collected unclosed.
+(:mod:`shmvec.engine.resources`), which a ``weakref.finalize`` also runs if the owner is garbage
+collected unclosed.
 """
 
 from __future__ import annotations
@@ -24,13 +25,12 @@ from typing import Any
 import cloudpickle
 
 from shmvec.engine.failures import crash_error, timeout_error
+from shmvec.engine.resources import Resources
+from shmvec.process import thread_env
 from shmvec.protocol import Command, RemoteError
 from shmvec.restart import Fault
-from shmvec.ring import Ring
-from shmvec.worker import thread_env, worker_main
+from shmvec.worker import worker_main
 
-# How long close() lets a worker finish its current command and exit before terminating it (s).
-_CLOSE_GRACE_S = 5.0
 # A message up to this size (bytes) is written in one go: the worker has read every earlier message
 # (it answered them), so the pipe has room for it. A larger one is written within ``timeout``.
 _SMALL_MESSAGE = 4096
@@ -55,6 +55,27 @@ def split_envs(n_envs: int, n_workers: int) -> list[range]:
     return groups
 
 
+def by_worker(
+    indices: Sequence[int], worker_envs: list[range]
+) -> list[tuple[int, tuple[list[int], list[int]]]]:
+    """Env indices (negative ones count from the end) grouped by worker, in worker order:
+    ``(worker, (local indices, positions in indices))``.
+
+    :raises IndexError: for an index out of range.
+    """
+    n_envs = worker_envs[-1].stop
+    groups: dict[int, tuple[list[int], list[int]]] = {}
+    for pos, i in enumerate(indices):
+        if not -n_envs <= i < n_envs:
+            raise IndexError(f"env index {i} out of range for {n_envs} envs")
+        i %= n_envs
+        w = next(w for w, g in enumerate(worker_envs) if i in g)
+        local, positions = groups.setdefault(w, ([], []))
+        local.append(i - worker_envs[w].start)
+        positions.append(pos)
+    return sorted(groups.items())
+
+
 @dataclass
 class Outcome:
     """What a command to some workers came back with.
@@ -67,69 +88,6 @@ class Outcome:
     results: list[Any]
     errors: dict[int, RemoteError] = field(default_factory=dict)
     faults: list[Fault] = field(default_factory=list)
-
-
-class Resources:
-    """What must be released whatever happens: processes, pipes, fault logs, the ring, the reader.
-
-    Kept apart from the engine so a ``weakref.finalize`` can release them without keeping it alive.
-    """
-
-    def __init__(self) -> None:
-        self.processes: list[Any] = []
-        self.remotes: list[Connection] = []
-        self.ring: Ring | None = None
-        self.reader: Any = None  # an engine.reader.Reader once built (its decode threads)
-        # Per worker: an fd of the file its faulthandler writes to (unlinked once the worker runs).
-        self.fault_logs: list[tuple[int, str]] = []
-
-    def close_fault_log(self, w: int) -> None:
-        fd, path = self.fault_logs[w]
-        with suppress(OSError):
-            os.unlink(path)
-        with suppress(OSError):
-            os.close(fd)
-
-    def release(self, graceful: bool = True) -> None:
-        """Stop the workers (``graceful``: ask first, then terminate), close pipes, free the ring."""
-        if self.reader is not None:
-            self.reader.close()
-            self.reader = None
-        if graceful:
-            close = pickle.dumps((Command.CLOSE.value, None), pickle.HIGHEST_PROTOCOL)
-            for remote in self.remotes:
-                with suppress(OSError, ValueError):
-                    remote.send_bytes(close)
-            deadline = time.monotonic() + _CLOSE_GRACE_S
-            for process, remote in zip(self.processes, self.remotes):
-                while process.is_alive() and time.monotonic() < deadline:
-                    # Drain a reply the worker may be blocked sending (a step left pending).
-                    try:
-                        while remote.poll():
-                            remote.recv_bytes()
-                    except (OSError, EOFError, ValueError):
-                        pass
-                    process.join(0.02)
-        for process in self.processes:
-            if process.is_alive():
-                process.terminate()
-                process.join(1.0)
-            if process.is_alive():
-                process.kill()
-                process.join(1.0)
-        for remote in self.remotes:
-            remote.close()
-        for process in self.processes:
-            try:
-                process.close()
-            except ValueError:  # still running after kill: leave it to the OS
-                pass
-        for w in range(len(self.fault_logs)):
-            self.close_fault_log(w)
-        self.fault_logs = []
-        if self.ring is not None:
-            self.ring.close()
-            self.ring = None
 
 
 class WorkerPool:
