@@ -54,14 +54,15 @@ def parse_args() -> argparse.Namespace:
 def make_envs(vec: str, env_id: str, num_envs: int) -> gym.vector.VectorEnv:
     """``num_envs`` copies of the standard Atari pipeline, in the vector env ``vec``."""
     # Each env: no-op starts, 4 frames per action, 84x84 grey frames, rewards clipped to [-1, 1],
-    # the last 4 frames stacked into one (4, 84, 84) observation.
+    # the last 4 frames stacked into one (4, 84, 84) observation. (The env itself is made with
+    # frameskip=1, below: AtariPreprocessing does the skipping.)
     wrappers = [
         functools.partial(gym.wrappers.AtariPreprocessing, noop_max=30, frame_skip=4, screen_size=84),
         functools.partial(gym.wrappers.ClipReward, min_reward=-1, max_reward=1),
         functools.partial(gym.wrappers.FrameStackObservation, stack_size=4),
     ]
     # "ale_py:" makes gymnasium import ale_py (which registers the Atari ids) in every process that
-    # builds an env, worker processes included. frameskip=1: AtariPreprocessing does the skipping.
+    # builds an env, worker processes included.
     env_id = f"ale_py:{env_id}"
     # SAME_STEP: an env that ends an episode is reset within the same step, so the observation
     # after a done is the first of the next episode -- the classic behaviour PPO's GAE below assumes.

@@ -5,8 +5,11 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -112,11 +115,26 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+class UsageError(ValueError):
+    """Bad input (an option, an env name, an env that cannot be built): :func:`main` prints it as one
+    line. Anything else is a bug, in shmvec or in an env, and keeps its traceback."""
+
+
+def _checked(check: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Run a check of the user's input; its ValueError or TypeError becomes a :class:`UsageError`
+    (first line of the message only)."""
+    try:
+        return check(*args, **kwargs)
+    except (ValueError, TypeError) as exc:
+        text = str(exc).strip()
+        raise UsageError(text.splitlines()[0] if text else type(exc).__name__) from exc
+
+
 def _codecs(args: argparse.Namespace) -> int:
     if args.steps < 1:
-        raise ValueError(f"--steps must be >= 1, got {args.steps}")
+        raise UsageError(f"--steps must be >= 1, got {args.steps}")
     if args.algo not in ("ppo", "a2c", "dqn"):
-        raise ValueError(f"--algo must be one of ppo, a2c, dqn, got {args.algo!r}")
+        raise UsageError(f"--algo must be one of ppo, a2c, dqn, got {args.algo!r}")
 
     import json
 
@@ -124,13 +142,13 @@ def _codecs(args: argparse.Namespace) -> int:
     from shmvec import fidelity
     from shmvec.bench.envs import check_env_name, env_factory
 
-    check_env_name(args.env)
+    _checked(check_env_name, args.env)
     frames = fidelity.collect_frames(env_factory(args.env), args.steps, args.seed)
     if args.codec:
-        chosen = [codec_registry.parse(c) for c in args.codec]
+        chosen = [_checked(codec_registry.parse, c) for c in args.codec]
     else:
         chosen = fidelity.default_codecs(frames.shape[1:], frames.dtype)
-    model = None if args.model is None else fidelity.load_model(args.model, args.algo)
+    model = None if args.model is None else _checked(fidelity.load_model, args.model, args.algo)
     shape = f"{frames.shape[1:]} {frames.dtype}"
     print(f"{args.env}: {len(frames)} frames {shape}, random actions, seed {args.seed}")
     missing = codec_registry.missing()
@@ -178,9 +196,9 @@ def _json_object(text: str, what: str) -> dict:
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise ValueError(f"{what} is not JSON: {exc}") from None
+        raise UsageError(f"{what} is not JSON: {exc}") from None
     if not isinstance(value, dict):
-        raise ValueError(f"{what} must be a JSON object, got {text!r}")
+        raise UsageError(f"{what} must be a JSON object, got {text!r}")
     return value
 
 
@@ -188,7 +206,7 @@ def _ints(text: str, what: str) -> list[int]:
     try:
         return [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise ValueError(f"{what} must be comma-separated integers, got {text!r}") from None
+        raise UsageError(f"{what} must be comma-separated integers, got {text!r}") from None
 
 
 def _progress_bar(done: int, total: int, message: str) -> None:
@@ -206,7 +224,7 @@ def _check_bench_args(args: argparse.Namespace) -> None:
     """Every check that needs no measuring library, so that a typo fails in well under a second
     instead of after importing SB3 and torch (seconds).
 
-    :raises ValueError: naming the option and what it accepts.
+    :raises UsageError: naming the option and what it accepts.
     """
     from shmvec._start_methods import resolve_start_method
     from shmvec.bench.backends import check_backend
@@ -214,54 +232,46 @@ def _check_bench_args(args: argparse.Namespace) -> None:
 
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
     if not backends:
-        raise ValueError("--backends is empty; choose from dummy, subproc, shm, async")
+        raise UsageError("--backends is empty; choose from dummy, subproc, shm, async")
     for b in backends:
-        check_backend(b)
+        _checked(check_backend, b)
     n_envs = _ints(args.n_envs, "--n-envs")
     if not n_envs or min(n_envs) < 1:
-        raise ValueError(f"--n-envs must be integers >= 1, got {args.n_envs!r}")
+        raise UsageError(f"--n-envs must be integers >= 1, got {args.n_envs!r}")
     if args.n_workers is not None:
         workers = _ints(args.n_workers, "--n-workers")
         if not workers or min(workers) < 1:
-            raise ValueError(f"--n-workers must be integers >= 1, got {args.n_workers!r}")
+            raise UsageError(f"--n-workers must be integers >= 1, got {args.n_workers!r}")
     if args.repeats < 1:
-        raise ValueError(f"--repeats must be >= 1, got {args.repeats}")
+        raise UsageError(f"--repeats must be >= 1, got {args.repeats}")
     if not args.seconds > 0:
-        raise ValueError(f"--seconds must be > 0, got {args.seconds}")
+        raise UsageError(f"--seconds must be > 0, got {args.seconds}")
     if args.budget is not None and not args.budget > 0:
-        raise ValueError(f"--budget must be > 0 seconds, got {args.budget}")
+        raise UsageError(f"--budget must be > 0 seconds, got {args.budget}")
     if args.train_steps < 1:
-        raise ValueError(f"--train-steps must be >= 1, got {args.train_steps}")
+        raise UsageError(f"--train-steps must be >= 1, got {args.train_steps}")
     _ints(args.seeds, "--seeds")
     _json_object(args.env_kwargs, "--env-kwargs")
     if args.policy != "none":
-        parse_policy(args.policy)
+        _checked(parse_policy, args.policy)
     try:
         args.start_method = resolve_start_method(args.start_method)
     except ValueError as exc:
-        raise ValueError(f"--start-method: {exc}") from None
+        raise UsageError(f"--start-method: {exc}") from None
     if args.readme is not None and (args.from_json or args.json) is None:
-        raise ValueError("--readme needs --json or --from-json: the file's name names the README block")
+        raise UsageError("--readme needs --json or --from-json: the file's name names the README block")
 
 
 def _bench(args: argparse.Namespace) -> int:
-    """Run ``shmvec bench``; any failure becomes a one-line ValueError for :func:`main` to print."""
+    """Run ``shmvec bench``: bad input is a :class:`UsageError` (one line); anything else is a bug in
+    shmvec or in the env and keeps its traceback."""
     _check_bench_args(args)
-    try:
-        return _bench_unchecked(args)
-    except (ValueError, TypeError) as exc:
-        raise ValueError(
-            str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        ) from exc
-    except (Exception, KeyboardInterrupt) as exc:
-        if isinstance(exc, KeyboardInterrupt):
-            raise
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        raise ValueError(f"{type(exc).__name__}: {first}") from exc
+    return _bench_unchecked(args)
 
 
 def _bench_unchecked(args: argparse.Namespace) -> int:
     from shmvec.bench import report
+    from shmvec.bench.envs import check_env_name
     from shmvec.bench.runner import BenchSpec, run
 
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
@@ -271,7 +281,7 @@ def _bench_unchecked(args: argparse.Namespace) -> int:
         return _train(args, backends, n_envs)
     source = args.from_json or args.json
     if args.from_json is not None:
-        result = report.read_json(args.from_json)
+        result = _checked(report.read_json, args.from_json)
     else:
         spec = BenchSpec(
             env=args.env,
@@ -284,7 +294,8 @@ def _bench_unchecked(args: argparse.Namespace) -> int:
             seconds=args.seconds,
             start_method=args.start_method,
         )
-        spec.validate()
+        _checked(spec.validate)
+        _checked(check_env_name, spec.env, **spec.env_kwargs)
         if args.budget is not None:
             # One window per configuration per round, plus the env alone once per round.
             spec.seconds = args.budget / ((len(spec.configs()) + 1) * spec.repeats)
@@ -307,17 +318,22 @@ def _bench_unchecked(args: argparse.Namespace) -> int:
 def _train(args: argparse.Namespace, backends: list[str], n_envs: list[int]) -> int:
     import json
 
-    from shmvec.bench.train import train
+    from shmvec.bench.train import check_train_args, train
 
     if not n_envs or min(n_envs) < 1:
-        raise ValueError(f"--n-envs must be >= 1, got {args.n_envs}")
+        raise UsageError(f"--n-envs must be >= 1, got {args.n_envs}")
+    seeds = _ints(args.seeds, "--seeds")
+    policy = "ppo:CnnPolicy" if args.policy == "none" else args.policy
+    _checked(
+        check_train_args, args.env, backends, policy, max(n_envs), args.train_steps, seeds, args.env_kwargs
+    )
     result = train(
         args.env,
         backends,
-        policy="ppo:CnnPolicy" if args.policy == "none" else args.policy,
+        policy=policy,
         n_envs=max(n_envs),
         total_steps=args.train_steps,
-        seeds=_ints(args.seeds, "--seeds"),
+        seeds=seeds,
         start_method=args.start_method,
         env_kwargs=args.env_kwargs,
         progress=lambda m: print("  " + m, file=sys.stderr, flush=True),
@@ -331,14 +347,15 @@ def _train(args: argparse.Namespace, backends: list[str], n_envs: list[int]) -> 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point; returns the exit status. Bad input is one line on stderr and status 2."""
+    """Entry point; returns the exit status. Bad input (:class:`UsageError`) is one line on stderr
+    and status 2; any other exception is a bug and propagates with its traceback."""
     args = _parser().parse_args(argv)
     if args.command is None:
         _parser().print_help()
         return 0
     try:
         return {"bench": _bench, "codecs": _codecs}[args.command](args)
-    except (ValueError, TypeError) as exc:
+    except UsageError as exc:
         print(f"shmvec {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

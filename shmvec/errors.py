@@ -8,6 +8,7 @@ the env that caused it without re-running.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 
 def short_traceback(text: str) -> str:
@@ -72,32 +73,13 @@ class EnvError(ShmVecEnvError):
     (see :meth:`like`): ``except AttributeError`` catches a missing attribute as it would in-process.
 
     :param env_index: index of the env that raised (``None`` if the error was not tied to one env).
-    :param command: the command that was running, e.g. ``"step"``, ``"reset"``, ``"env_method:foo"``.
-    :param worker_pid: process id of the worker.
     :param exc_type: qualified name of the original exception type.
-    :param remote_traceback: the traceback text formatted in the worker.
+    :param fields: the worker fields of :class:`ShmVecEnvError`; ``remote_traceback`` is the
+        traceback text formatted in the worker.
     """
 
-    def __init__(
-        self,
-        message: str,
-        *,
-        env_index: int | None,
-        command: str,
-        worker_pid: int | None,
-        exc_type: str,
-        remote_traceback: str,
-        worker_index: int | None = None,
-        env_indices: Sequence[int] = (),
-    ) -> None:
-        super().__init__(
-            message,
-            worker_index=worker_index,
-            env_indices=env_indices,
-            worker_pid=worker_pid,
-            command=command,
-            remote_traceback=remote_traceback,
-        )
+    def __init__(self, message: str, *, env_index: int | None, exc_type: str, **fields: Any) -> None:
+        super().__init__(message, **fields)
         self.env_index = env_index
         self.exc_type = exc_type
 
@@ -145,34 +127,16 @@ class WorkerCrashedError(ShmVecEnvError):
     ``step``/``reset`` (``get_attr``, ``env_method``, ``render``...): the worker has then been
     rebuilt, the VecEnv stays open, and its envs end their episode at the next step.
 
-    :param worker_index: index of the worker process.
-    :param env_indices: the envs that ran in that worker.
-    :param worker_pid: process id of the worker.
     :param exitcode: ``Process.exitcode``: negative for "killed by signal -exitcode".
-    :param command: the command that was running when the death was noticed.
-    :param remote_traceback: what the worker's faulthandler wrote (the Python stack of every thread
-        at a segfault, abort, SIGBUS or SIGFPE); empty for SIGKILL and ``os._exit``.
+    :param fields: the worker fields of :class:`ShmVecEnvError`: ``worker_index``, ``env_indices``
+        (the envs that ran in that worker), ``worker_pid``, ``command`` (the command that was running
+        when the death was noticed) and ``remote_traceback``: what the worker's faulthandler wrote
+        (the Python stack of every thread at a segfault, abort, SIGBUS or SIGFPE); empty for SIGKILL
+        and ``os._exit``.
     """
 
-    def __init__(
-        self,
-        message: str,
-        *,
-        worker_index: int,
-        env_indices: Sequence[int],
-        worker_pid: int | None,
-        exitcode: int | None,
-        command: str,
-        remote_traceback: str = "",
-    ) -> None:
-        super().__init__(
-            message,
-            worker_index=worker_index,
-            env_indices=env_indices,
-            worker_pid=worker_pid,
-            command=command,
-            remote_traceback=remote_traceback,
-        )
+    def __init__(self, message: str, *, exitcode: int | None, **fields: Any) -> None:
+        super().__init__(message, **fields)
         self.exitcode = exitcode
 
     def __str__(self) -> str:
@@ -188,23 +152,8 @@ class EnvTimeoutError(ShmVecEnvError, TimeoutError):
     (Restart mode kills and rebuilds the worker instead, as for :class:`WorkerCrashedError`.)
     """
 
-    def __init__(
-        self,
-        message: str,
-        *,
-        worker_index: int,
-        env_indices: Sequence[int],
-        worker_pid: int | None,
-        command: str,
-        timeout: float,
-    ) -> None:
-        super().__init__(
-            message,
-            worker_index=worker_index,
-            env_indices=env_indices,
-            worker_pid=worker_pid,
-            command=command,
-        )
+    def __init__(self, message: str, *, timeout: float, **fields: Any) -> None:
+        super().__init__(message, **fields)
         self.timeout = timeout
 
 

@@ -67,9 +67,9 @@ class ShmVectorEnv(VectorEnv):
     Every other parameter means what it means for :class:`shmvec.ShmVecEnv` (``start_method``,
     ``n_workers``, ``copy``, ``n_slots``, ``worker_threads``, ``timeout`` in seconds, ``codec``,
     ``verify_every``, ``tolerance``, ``decode_threads``, ``on_crash``, ``max_restarts``,
-    ``restart_window`` in seconds, ``check_finite``, ``pause_openmp``), with the same defaults. In
-    restart mode a rebuilt env ends its episode with ``truncations[i] = True`` and the info keys
-    ``shmvec.restarted`` / ``shmvec.restart_reason``; its observation in that step is the last one
+    ``restart_window`` in seconds, ``check_finite``, ``isolate_rng``, ``pause_openmp``), with the same
+    defaults. In restart mode a rebuilt env ends its episode with ``truncations[i] = True`` and the
+    info keys ``shmvec.restarted`` / ``shmvec.restart_reason``; its observation in that step is the last one
     the agent saw (``NEXT_STEP``, ``DISABLED``) or its new episode's first (``SAME_STEP``, the last
     one in ``final_obs``).
     """
@@ -93,27 +93,12 @@ class ShmVectorEnv(VectorEnv):
         max_restarts: int = 10,
         restart_window: float | None = 60.0,
         check_finite: bool = False,
+        isolate_rng: bool = False,
         pause_openmp: bool = True,
     ) -> None:
         mode = to_autoreset_mode(autoreset_mode)
         self._engine: Engine | None = None
-        options = Options(
-            n_workers=n_workers,
-            copy=copy,
-            n_slots=n_slots,
-            worker_threads=worker_threads,
-            timeout=timeout,
-            codec=codec,
-            verify_every=verify_every,
-            tolerance=tolerance,
-            decode_threads=decode_threads,
-            on_crash=on_crash,
-            max_restarts=max_restarts,
-            restart_window=restart_window,
-            check_finite=check_finite,
-            autoreset=_ENGINE_MODES[mode],
-            pause_openmp=pause_openmp,
-        )
+        options = Options.pick(locals(), autoreset=_ENGINE_MODES[mode])
         self._engine = engine = Engine(env_fns, start_method, options, owner="ShmVectorEnv")
         self.autoreset_mode = mode
         self.copy = copy

@@ -13,12 +13,8 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import ctypes
-import faulthandler
 import os
-import pickle
 import signal
-import sys
 from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
@@ -27,8 +23,10 @@ import cloudpickle
 import gymnasium as gym
 import numpy as np
 
+from shmvec.envapi import check_reset, check_step, has_wrapper_attr, is_wrapped, make_env, unpicklable
 from shmvec.errors import ObservationError
 from shmvec.layout import Leaf, check_finite, flatten, inf_allowed, leaves, write_leaf
+from shmvec.process import GlobalRngs, enable_faulthandler, exit_with_parent, limit_threads
 from shmvec.protocol import READY, Command, RemoteError
 from shmvec.ring import Ring, RingSpec
 
@@ -36,90 +34,15 @@ if TYPE_CHECKING:
     from shmvec.codecs import Codec
     from shmvec.codecs.channel import LeafEncoder
 
-_THREAD_VARS = (
-    "OMP_NUM_THREADS",
-    "OPENBLAS_NUM_THREADS",
-    "MKL_NUM_THREADS",
-    "VECLIB_MAXIMUM_THREADS",
-    "NUMEXPR_NUM_THREADS",
-    "NUMBA_NUM_THREADS",
-)
-
-
-def thread_env(n_threads: int | None) -> dict[str, str]:
-    """Environment variables that cap BLAS/OpenMP pools at ``n_threads`` (empty dict for None)."""
-    return {} if n_threads is None else {var: str(n_threads) for var in _THREAD_VARS}
-
-
-def limit_threads(n_threads: int | None) -> None:
-    """Cap the thread pools of libraries already loaded in this process.
-
-    With fork the child inherits numpy (and maybe torch, OpenCV) with pools sized for all cores;
-    environment variables come too late for them, so their runtime knobs are set as well. Several
-    workers each spinning a full-size pool on 2 cores run ~10x slower than with one thread each.
-    """
-    if n_threads is None:
-        return
-    os.environ.update(thread_env(n_threads))
-    try:
-        from threadpoolctl import threadpool_limits
-
-        threadpool_limits(n_threads)
-    except Exception:  # threadpoolctl missing or a library it cannot drive
-        pass
-    torch = sys.modules.get("torch")
-    if torch is not None:
-        torch.set_num_threads(n_threads)
-    cv2 = sys.modules.get("cv2")
-    if cv2 is not None:
-        cv2.setNumThreads(n_threads)
-
-
-def _exit_with_parent() -> None:
-    """Ask Linux to SIGKILL this worker when its parent dies, even if an env hangs in C code.
-
-    A worker blocked on its pipe notices the parent's death by EOF anyway; this covers a worker stuck
-    inside ``env.step``. No-op where prctl is unavailable.
-    """
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        pr_set_pdeathsig = 1
-        libc.prctl(pr_set_pdeathsig, signal.SIGKILL)
-    except Exception:
-        pass
-
-
-def make_env(env_fn: Callable[[], Any]) -> gym.Env:
-    """Call a factory and check it returned an env, converting old ``gym`` envs like SB3 does."""
-    env = env_fn()
-    if isinstance(env, gym.Env):
-        return env
-    if type(env).__module__.split(".")[0] == "gym":
-        # Old gym API: SB3's shim (needs shimmy). Imported only here because it loads torch.
-        from stable_baselines3.common.vec_env.patch_gym import _patch_env
-
-        return _patch_env(env)
-    raise TypeError(
-        f"the env factory returned {type(env).__module__}.{type(env).__qualname__}, not a gymnasium.Env; "
-        "env_fns must be callables that create an env, e.g. lambda: gym.make('CartPole-v1')"
-    )
-
-
-def _is_wrapped(env: gym.Env, wrapper_class: type) -> bool:
-    # Same walk as SB3's env_util.is_wrapped, without importing SB3 (and torch) in the worker.
-    while isinstance(env, gym.Wrapper):
-        if isinstance(env, wrapper_class):
-            return True
-        env = env.env
-    return False
-
 
 class _Worker:
-    """State of one worker: its envs and its slice of the ring."""
+    """State of one worker: its envs and its slice of the ring.
 
-    def __init__(self, envs: list[gym.Env], first_env: int) -> None:
+    :param rngs: per-env global RNG states, or None to leave the globals shared.
+    """
+
+    def __init__(self, envs: list[gym.Env], first_env: int, rngs: GlobalRngs | None = None) -> None:
+        self.rngs = rngs
         self.envs = envs
         self.first_env = first_env
         self.current: int | None = None  # local index of the env being called, for error reports
@@ -167,11 +90,16 @@ class _Worker:
         self.names = [leaf.name for leaf in self.leaves]
 
     def configure(self, payload: dict[str, Any]) -> None:
-        """Options sent after ``attach``: ``check_finite`` (bool), ``autoreset`` (mode name), and
-        ``reset_seeds`` (one per env: reset every env, with that seed, in place of its next step)."""
+        """Options sent after ``attach``: ``check_finite`` (bool), ``autoreset`` (mode name),
+        ``reset_seeds`` (one per env: reset every env, with that seed, in place of its next step) and
+        ``key_frames`` (every env's next encoded frame is a key frame)."""
         if payload.get("check_finite"):
             self.finite_rules = inf_allowed(self.space)
         self.autoreset = payload.get("autoreset", self.autoreset)
+        if payload.get("key_frames"):
+            for encoder in self.encoders:
+                for i in range(len(self.envs)):
+                    encoder.restart(i)
         seeds = payload.get("reset_seeds")
         if seeds is not None:
             self.ended = [True] * len(self.envs)
@@ -196,15 +124,18 @@ class _Worker:
         rewards, terminated, truncated = self.rewards[slot], self.terminated[slot], self.truncated[slot]
         same_step = self.autoreset == "same_step"
         ended = self.ended
+        rngs = self.rngs
         replies = []
         for i, env in enumerate(self.envs):
             self.current = i
+            if rngs is not None:
+                rngs.enter(i)
             reset_info = None
             if ended[i]:
                 # next_step mode: the episode ended in the last step; this step is its reset.
                 ended[i] = False
                 seed, self.next_seeds[i] = self.next_seeds[i], None
-                obs, info = _check_reset(env.reset(seed=seed), self.first_env + i)
+                obs, info = check_reset(env.reset(seed=seed), self.first_env + i)
                 self._restart_codecs(i)
                 term = trunc = False
                 reward = 0.0
@@ -213,17 +144,19 @@ class _Worker:
                 if isinstance(action, np.ndarray):
                     # A view into the ring (or into the unpickled batch) must not be kept by the env.
                     action = action.copy()
-                obs, reward, term, trunc, info = _check_step(env.step(action), self.first_env + i)
+                obs, reward, term, trunc, info = check_step(env.step(action), self.first_env + i)
                 if term or trunc:
                     if same_step:
                         # The terminal observation goes to its own area before the reset obs fills
                         # the slot, and the info is copied: an env may reuse and mutate both in reset().
                         self.write(self.final, i, obs, terminal=True)
                         info = copy.deepcopy(info)
-                        obs, reset_info = _check_reset(env.reset(), self.first_env + i)
+                        obs, reset_info = check_reset(env.reset(), self.first_env + i)
                         self._restart_codecs(i)
                     elif self.autoreset == "next_step":
                         ended[i] = True
+            if rngs is not None:
+                rngs.leave(i)
             self.write(obs_slot, i, obs)
             rewards[i] = reward
             terminated[i] = term
@@ -249,7 +182,11 @@ class _Worker:
             self.current = i
             self.ended[i], self.next_seeds[i] = False, None
             maybe_options = {"options": options[i]} if options[i] else {}
-            obs, info = _check_reset(env.reset(seed=seeds[i], **maybe_options), self.first_env + i)
+            if self.rngs is not None:
+                self.rngs.enter(i)
+            obs, info = check_reset(env.reset(seed=seeds[i], **maybe_options), self.first_env + i)
+            if self.rngs is not None:
+                self.rngs.leave(i)
             self._restart_codecs(i)
             self.write(obs_slot, i, obs)
             infos.append(info)
@@ -260,7 +197,11 @@ class _Worker:
         results = []
         for i in indices:
             self.current = i
+            if self.rngs is not None:
+                self.rngs.enter(i)
             results.append(call(self.envs[i]))
+            if self.rngs is not None:
+                self.rngs.leave(i)
         self.current = None
         return results
 
@@ -270,7 +211,7 @@ class _Worker:
 
     def has_attr(self, payload: tuple[list[int], str]) -> list[bool]:
         indices, name = payload
-        return self._each(indices, lambda env: _has_wrapper_attr(env, name))
+        return self._each(indices, lambda env: has_wrapper_attr(env, name))
 
     def set_attr(self, payload: tuple[list[int], str, Any]) -> None:
         indices, name, value = payload
@@ -298,7 +239,7 @@ class _Worker:
 
     def is_wrapped(self, payload: tuple[list[int], type]) -> list[bool]:
         indices, wrapper_class = payload
-        return self._each(indices, lambda env: _is_wrapped(env, wrapper_class))
+        return self._each(indices, lambda env: is_wrapped(env, wrapper_class))
 
     def render(self, payload: list[int]) -> list[Any]:
         return self._each(payload, lambda env: env.render())
@@ -314,94 +255,13 @@ class _Worker:
             self.ring.close()
 
 
-def _check_reset(result: Any, env_index: int) -> tuple[Any, dict]:
-    """``(obs, info)`` from ``env.reset()``, or a clear error for the old gym API and other shapes."""
-    if isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], dict):
-        return result
-    raise TypeError(
-        f"env {env_index}: reset() must return a tuple (obs, info) with an info dict (gymnasium API), "
-        f"got {_describe(result)}"
-    )
-
-
-def _check_step(result: Any, env_index: int) -> tuple[Any, Any, Any, Any, dict]:
-    """``(obs, reward, terminated, truncated, info)`` from ``env.step()``, or a clear error."""
-    if isinstance(result, tuple) and len(result) == 5 and isinstance(result[4], dict):
-        return result
-    hint = ""
-    if isinstance(result, tuple) and len(result) == 4:
-        hint = " (the old gym API returned 4 values: update the env or wrap it with shimmy)"
-    raise TypeError(
-        f"env {env_index}: step() must return a tuple (obs, reward, terminated, truncated, info) "
-        f"(gymnasium API), got {_describe(result)}{hint}"
-    )
-
-
-def _describe(value: Any) -> str:
-    if isinstance(value, tuple):
-        return f"a tuple of {len(value)} ({', '.join(type(v).__name__ for v in value)})"
-    return f"a {type(value).__name__}"
-
-
-def _unpicklable(
-    cmd: str, payload: Any, result: Any, first_env: int, exc: Exception
-) -> tuple[int | None, Exception]:
-    """Find which env and which info key (or attribute value) of a reply cannot be pickled."""
-    items: list[tuple[int, str, dict]] = []  # (local env, what, dict)
-    if cmd == "step":
-        for i, info, reset_info in result:
-            items += [(i, "info", info), (i, "reset info", reset_info or {})]
-    elif cmd == "reset":
-        items = [(i, "reset info", info) for i, info in enumerate(result) if info is not None]
-    elif isinstance(payload, tuple) and isinstance(result, list):
-        what = f"the result of {Command(cmd).label(payload)}"
-        items = [(i, what, {None: value}) for i, value in zip(payload[0], result)]
-    for i, what, values in items:
-        for key, value in values.items():
-            try:
-                pickle.dumps(value)
-            except Exception as value_exc:
-                where = f"{what} key {key!r}" if key is not None else what
-                kind = f"{type(value).__module__}.{type(value).__qualname__}"
-                return first_env + i, TypeError(
-                    f"env {first_env + i}: {where} holds a {kind}"
-                    f" that cannot be pickled ({type(value_exc).__name__}: {value_exc}); what a worker "
-                    "returns (infos, attributes, method results) travels to the main process by pickle"
-                )
-    return None, exc
-
-
-def _has_wrapper_attr(env: gym.Env, name: str) -> bool:
-    try:
-        env.get_wrapper_attr(name)
-    except AttributeError:
-        return False
-    return True
-
-
-_fault_file: Any = None  # kept open for faulthandler for the life of the worker
-
-
-def _enable_faulthandler(path: str | None) -> None:
-    """On a segfault, abort, SIGBUS or SIGFPE in an env (or its native library), write the Python
-    traceback to ``path`` (the main process reads it into the error) or, without one, to stderr."""
-    global _fault_file
-    try:
-        if path is not None:
-            _fault_file = open(path, "w")  # noqa: SIM115 - must outlive this function
-            faulthandler.enable(file=_fault_file)
-        else:
-            faulthandler.enable()
-    except Exception:
-        pass
-
-
 def worker_main(
     conn: Connection,
     env_fns: bytes | list[Callable[[], Any]],
     first_env: int,
     n_threads: int | None,
     fault_log: str | None = None,
+    isolate_rng: bool = False,
 ) -> None:
     """Entry point of a worker process.
 
@@ -410,20 +270,26 @@ def worker_main(
     :param first_env: global index of the first env of this worker.
     :param n_threads: BLAS/OpenMP threads allowed in this worker (None: leave as is).
     :param fault_log: file for faulthandler's traceback if the worker crashes (None: stderr).
+    :param isolate_rng: give each env its own process-global RNG state (see :class:`GlobalRngs`).
     """
     # Ctrl-C reaches the whole process group; the main process decides what happens, then closes us.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _enable_faulthandler(fault_log)
-    _exit_with_parent()
+    enable_faulthandler(fault_log)
+    exit_with_parent()
     limit_threads(n_threads)
     pid = os.getpid()
     envs: list[gym.Env] = []
     try:
         fns = cloudpickle.loads(env_fns) if isinstance(env_fns, bytes) else env_fns
-        for fn in fns:
+        rngs = GlobalRngs(len(fns)) if isolate_rng else None
+        for i, fn in enumerate(fns):
+            if rngs is not None:
+                rngs.enter(i)
             envs.append(make_env(fn))
+            if rngs is not None:
+                rngs.leave(i)
         spaces_ = [(env.observation_space, env.action_space) for env in envs]
-        worker = _Worker(envs, first_env)
+        worker = _Worker(envs, first_env, rngs)
     except BaseException as exc:  # noqa: BLE001 - anything a user factory raises goes back
         conn.send((False, RemoteError.capture(exc, first_env + len(envs), "make_env", pid)))
         conn.close()
@@ -464,7 +330,7 @@ def worker_main(
                 conn.send((True, result))
             except Exception as exc:  # e.g. an info dict or attribute value that cannot be pickled
                 # Pickling fails before anything is written, so the pipe is still in step.
-                env_index, exc = _unpicklable(cmd, payload, result, first_env, exc)
+                env_index, exc = unpicklable(cmd, payload, result, first_env, exc)
                 conn.send((False, RemoteError.capture(exc, env_index, Command(cmd).label(payload), pid)))
     finally:
         worker.close()

@@ -291,9 +291,3 @@ def test_inf_allowed_in_unbounded_box_and_check_off_by_default(no_leaks):
         env.reset()
         env.step(np.zeros(1, np.int64))
         assert np.isnan(env.step(np.zeros(1, np.int64))[0]["bounded"]).any()
-
-
-@pytest.mark.parametrize("option", [{"on_crash": "restart"}, {"check_finite": True}])
-def test_codec_with_restart_or_finite_check_is_refused(option):
-    with pytest.raises(ValueError, match="do not work with a codec yet"):
-        ShmVecEnv([IMAGE], "fork", codec="lz4", **option)

@@ -24,8 +24,8 @@ from gymnasium.wrappers.vector import DictInfoToList, RecordEpisodeStatistics
 import shmvec
 from shmvec import ClosedError, EnvError, EnvTimeoutError, WorkerCrashedError
 from shmvec.restart import REASON_KEY, RESTARTED_KEY, restart_seed
-from shmvec.synthetic import SyntheticImageEnv
-from tests.envs import FaultyEnv, TinyImageEnv, make_dict_env, make_tuple_env
+from shmvec.synthetic import SyntheticImageEnv, misbehave
+from tests.envs import FaultyEnv, TinyImageEnv, make_broken_env, make_dict_env, make_tuple_env
 from tests.helpers import assert_obs_equal
 from tests.vector_envs import make_copied_mutating, make_mutating
 
@@ -239,27 +239,21 @@ def test_copy_true_returns_fresh_arrays(no_leaks):
 # ---------------------------------------------------------------- autoreset modes
 
 
-@pytest.mark.parametrize(
-    "given,expected",
-    [
-        ("next_step", NEXT),
-        ("same_step", SAME),
-        ("disabled", DISABLED),
-        (NEXT, NEXT),
-        (SAME, SAME),
-        (DISABLED, DISABLED),
-    ],
-    ids=str,
-)
-def test_autoreset_mode_in_metadata(no_leaks, given, expected):
+def test_autoreset_mode_in_metadata(no_leaks):
     # gymnasium's own wrappers (RecordEpisodeStatistics) require the enum here, not a string.
-    with closing(make([FaultyEnv], autoreset_mode=given)) as env:
-        assert env.metadata["autoreset_mode"] is expected
-
-
-def test_default_autoreset_mode_is_next_step(no_leaks):
+    given = {
+        "next_step": NEXT,
+        "same_step": SAME,
+        "disabled": DISABLED,
+        NEXT: NEXT,
+        SAME: SAME,
+        DISABLED: DISABLED,
+    }
+    for mode, expected in given.items():
+        with closing(make([FaultyEnv], autoreset_mode=mode)) as env:
+            assert env.metadata["autoreset_mode"] is expected, mode
     with closing(make([FaultyEnv])) as env:
-        assert env.metadata["autoreset_mode"] is NEXT
+        assert env.metadata["autoreset_mode"] is NEXT  # the default, as gymnasium's
 
 
 def test_unknown_autoreset_mode_is_refused(no_leaks):
@@ -283,30 +277,28 @@ def test_reset_mask(no_leaks, mode):
                 # an info key that is an int for one env and None for the next.)
                 mask = np.array([False, True, True, False])
                 got = env.reset(seed=[None, 21, 22, None], options={"reset_mask": mask.copy()})
-                assert_reset_equal(got, ref.reset(seed=[None, 21, 22, None], options={"reset_mask": mask}), t)
+                want = ref.reset(seed=[None, 21, 22, None], options={"reset_mask": mask})
+                assert_reset_equal(got, want, f"masked reset before step {t}")
             assert_step_equal(env.step(actions), ref.step(actions), f"step {t}")
         assert env.get_attr("resets") == ref.get_attr("resets")
 
 
-@pytest.mark.parametrize(
-    "mask,error",
-    [
-        (np.zeros(4, bool), ValueError),  # nothing to reset
-        (np.ones(3, bool), ValueError),  # wrong length
-        (np.ones(4, np.int64), TypeError),  # not booleans
-        ([True, True, True, True], TypeError),  # not an array
-    ],
-    ids=["none", "short", "int", "list"],
-)
-def test_bad_reset_mask_is_refused_like_sync(no_leaks, mask, error):
+def test_bad_reset_mask_is_refused_like_sync(no_leaks):
+    bad_masks = {
+        "nothing to reset": (np.zeros(4, bool), ValueError),
+        "wrong length": (np.ones(3, bool), ValueError),
+        "not booleans": (np.ones(4, np.int64), TypeError),
+        "not an array": ([True, True, True, True], TypeError),
+    }
     fns = [FaultyEnv] * 4
     ref = SyncVectorEnv(fns)
     with closing(make(fns)) as env, closing(ref):
-        with pytest.raises(error):
-            ref.reset(options={"reset_mask": mask})
-        with pytest.raises(error):
-            env.reset(options={"reset_mask": mask})
-        env.reset(seed=0)  # still usable
+        for why, (mask, error) in bad_masks.items():
+            with pytest.raises(error):
+                ref.reset(options={"reset_mask": mask})
+            with pytest.raises(error):
+                env.reset(options={"reset_mask": mask})
+            assert_reset_equal(env.reset(seed=0), ref.reset(seed=0), f"reset after a mask with {why}")
 
 
 def test_explicit_reset_after_episode_end_is_not_repeated(no_leaks):
@@ -384,20 +376,19 @@ def test_exception_in_call_keeps_its_type(no_leaks):
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("n_actions", [3, 5, 0])
-def test_wrong_number_of_actions_raises_at_once(no_leaks, n_actions):
+def test_wrong_number_of_actions_raises_at_once(no_leaks):
     """gymnasium #1417: AsyncVectorEnv hangs on fewer actions than envs. Here: ValueError before any
     env steps, and the next correct step goes on as if the bad call never happened (SyncVectorEnv
     itself steps the first envs before it notices)."""
     fns = [FaultyEnv] * 4
     ref = SyncVectorEnv(fns)
+    actions = np.array([0, 1, 2, 0])
     with closing(make(fns)) as env, closing(ref):
         assert_reset_equal(env.reset(seed=0), ref.reset(seed=0), "reset")
-        with pytest.raises(ValueError):
-            env.step(np.ones(n_actions, np.int64))
-        actions = np.array([0, 1, 2, 0])
-        for t in range(3):
-            assert_step_equal(env.step(actions), ref.step(actions), f"step {t}")
+        for n_actions in (3, 5, 0):
+            with pytest.raises(ValueError):
+                env.step(np.ones(n_actions, np.int64))
+            assert_step_equal(env.step(actions), ref.step(actions), f"step after {n_actions} actions")
 
 
 def test_use_after_close_raises_and_close_twice_is_fine(no_leaks):
@@ -420,6 +411,19 @@ def test_close_without_reset(no_leaks):
     env = make([FaultyEnv] * 2)
     env.close()
     env.close()
+
+
+def test_factory_that_raises_names_the_env(no_leaks):
+    with pytest.raises(EnvError, match="the factory of env 2 raised RuntimeError: this factory is broken"):
+        make([FaultyEnv, FaultyEnv, make_broken_env])
+
+
+@pytest.mark.timeout(30)
+def test_hung_factory_is_bounded_by_timeout(no_leaks):
+    """Issue 9: starting a worker used to wait at least 60 s whatever ``timeout`` said (the test's
+    own 30 s limit is only a guard against that hang, not a speed requirement)."""
+    with pytest.raises(EnvTimeoutError):
+        make([FaultyEnv, functools.partial(misbehave, "hang")], timeout=1.0)
 
 
 # ---------------------------------------------------------------- gymnasium's vector wrappers
@@ -508,87 +512,15 @@ def test_make_vec_matches_gymnasium_make_vec(no_leaks):
         assert truncated  # the wrapper was applied in the workers
 
 
-# ---------------------------------------------------------------- training equivalence
-
-
-def _cleanrl_ppo(envs, seed: int = 0, num_steps: int = 32, updates: int = 3) -> list:
-    """The core of CleanRL's ppo_atari.py, shrunk: a tiny CNN, GAE, clipped surrogate, minibatches."""
-    import torch
-    from torch import nn
-    from torch.distributions import Categorical
-
-    torch.manual_seed(seed)
-    torch.set_num_threads(1)
-    n_envs, n_actions = envs.num_envs, envs.single_action_space.n
-    trunk = nn.Sequential(
-        nn.Conv2d(1, 4, 8, stride=4), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 8 * 8, 32), nn.ReLU()
-    )
-    actor, critic = nn.Linear(32, n_actions), nn.Linear(32, 1)
-    params = [*trunk.parameters(), *actor.parameters(), *critic.parameters()]
-    optimizer = torch.optim.Adam(params, lr=2.5e-4, eps=1e-5)
-
-    def policy(x):
-        hidden = trunk(x.permute(0, 3, 1, 2) / 255.0)
-        return Categorical(logits=actor(hidden)), critic(hidden).squeeze(-1)
-
-    obs_shape = envs.single_observation_space.shape
-    obs_buf = torch.zeros((num_steps, n_envs, *obs_shape))
-    actions, logprobs, rewards, dones, values = (torch.zeros((num_steps, n_envs)) for _ in range(5))
-    next_obs = torch.tensor(envs.reset(seed=seed)[0], dtype=torch.float32)
-    next_done = torch.zeros(n_envs)
-    for _ in range(updates):
-        for step in range(num_steps):
-            obs_buf[step], dones[step] = next_obs, next_done
-            with torch.no_grad():
-                dist, value = policy(next_obs)
-                action = dist.sample()
-            actions[step], logprobs[step], values[step] = action, dist.log_prob(action), value
-            obs, reward, terminations, truncations, _ = envs.step(action.numpy())
-            rewards[step] = torch.tensor(reward, dtype=torch.float32)
-            next_obs = torch.tensor(obs, dtype=torch.float32)
-            next_done = torch.tensor(np.logical_or(terminations, truncations), dtype=torch.float32)
-        with torch.no_grad():
-            next_value = policy(next_obs)[1]
-            advantages = torch.zeros_like(rewards)
-            last = 0
-            for t in reversed(range(num_steps)):
-                nonterminal = 1.0 - (next_done if t == num_steps - 1 else dones[t + 1])
-                following = next_value if t == num_steps - 1 else values[t + 1]
-                delta = rewards[t] + 0.99 * following * nonterminal - values[t]
-                advantages[t] = last = delta + 0.99 * 0.95 * nonterminal * last
-            returns = advantages + values
-        b_obs, b_actions, b_logprobs = obs_buf.flatten(0, 1), actions.flatten(), logprobs.flatten()
-        b_advantages, b_returns = advantages.flatten(), returns.flatten()
-        for _ in range(2):
-            for idx in torch.randperm(num_steps * n_envs).split(32):
-                dist, value = policy(b_obs[idx])
-                ratio = (dist.log_prob(b_actions[idx]) - b_logprobs[idx]).exp()
-                adv = b_advantages[idx]
-                adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-                pg_loss = torch.max(-adv * ratio, -adv * ratio.clamp(0.8, 1.2)).mean()
-                loss = pg_loss + 0.5 * ((value - b_returns[idx]) ** 2).mean() - 0.01 * dist.entropy().mean()
-                optimizer.zero_grad()
-                loss.backward()
-                nn.utils.clip_grad_norm_(params, 0.5)
-                optimizer.step()
-    return [p.detach().clone() for p in params]
-
-
-@pytest.mark.parametrize("mode", [NEXT, SAME], ids=lambda m: m.name)
-def test_cleanrl_ppo_update_matches_sync(no_leaks, mode):
-    """384 env steps and 3 PPO updates on 4 envs: parameters bit-equal to the same loop on
-    SyncVectorEnv (any difference in any observation, reward or flag would show)."""
-    import torch
-
-    fns = [TinyImageEnv] * 4
-    ref = SyncVectorEnv(fns, autoreset_mode=mode)
-    with closing(ref):
-        want = _cleanrl_ppo(ref)
-    with closing(make(fns, autoreset_mode=mode)) as env:
-        got = _cleanrl_ppo(env)
-    assert len(got) == len(want)
-    for i, (a, b) in enumerate(zip(got, want)):
-        assert torch.equal(a, b), f"parameter {i} differs by up to {(a - b).abs().max().item()}"
+def test_make_vec_imports_the_module_named_in_the_id(no_leaks):
+    """ "module:EnvId", as gymnasium.make_vec takes it: the module is imported (in the workers too,
+    where it registers its envs) before the id is looked up. examples/cleanrl_ppo_atari.py relies on
+    it with "ale_py:ALE/Pong-v5"."""
+    env_id = "gymnasium.envs.classic_control:CartPole-v1"
+    ref = gym.make_vec(env_id, 2, vectorization_mode="sync")
+    with closing(shmvec.make_vec(env_id, 2, start_method="forkserver", n_workers=1)) as env, closing(ref):
+        assert_reset_equal(env.reset(seed=1), ref.reset(seed=1), "reset")
+        assert_step_equal(env.step(np.array([0, 1])), ref.step(np.array([0, 1])), "step")
 
 
 # ---------------------------------------------------------------- faults: raise mode
@@ -657,6 +589,27 @@ def test_fault_in_raise_mode(no_leaks, fault, where):
             env.step(ACTIONS)
     finally:
         env.close()
+
+
+@pytest.mark.parametrize("codec", [None, "delta"])
+def test_stepping_on_after_an_env_error(no_leaks, codec):
+    """After an EnvError in step (raise mode), stepping on without a reset works; with the delta codec
+    too (issue 9: it raised "frame lost" until reset()). The envs that did step in the failed call
+    (0, 1 and 2, before the victim) match a run without the fault."""
+    ref = SyncVectorEnv(faulty_fns(None))
+    with closing(make(faulty_fns("raise"), codec=codec)) as env, closing(ref):
+        assert_obs_equal(env.reset(seed=0)[0], ref.reset(seed=0)[0])
+        with pytest.raises(EnvError):
+            trigger(env, "step")
+        for _ in range(3):
+            ref.step(ACTIONS)
+        for t in (4, 5, 6):
+            obs, rewards, terminations, truncations, _ = env.step(ACTIONS)
+            r_obs, r_rewards, r_terminations, r_truncations, _ = ref.step(ACTIONS)
+            assert_obs_equal(obs[:3], r_obs[:3], f"step {t}")
+            np.testing.assert_array_equal(rewards[:3], r_rewards[:3])
+            np.testing.assert_array_equal(terminations, r_terminations)  # FaultyEnv's t went on
+            np.testing.assert_array_equal(truncations, r_truncations)
 
 
 # ---------------------------------------------------------------- faults: restart mode
@@ -861,3 +814,87 @@ def test_restart_limit_raises_and_closes(no_leaks):
             env.step(ACTIONS)
     assert env.closed
     env.close()
+
+
+# ---------------------------------------------------------------- training equivalence (last: torch makes
+# every later gc.collect() of no_leaks slower)
+
+
+def _cleanrl_ppo(envs, seed: int = 0, num_steps: int = 32, updates: int = 3) -> list:
+    """The core of CleanRL's ppo_atari.py, shrunk: a tiny CNN, GAE, clipped surrogate, minibatches."""
+    import torch
+    from torch import nn
+    from torch.distributions import Categorical
+
+    torch.manual_seed(seed)
+    torch.set_num_threads(1)
+    n_envs, n_actions = envs.num_envs, envs.single_action_space.n
+    trunk = nn.Sequential(
+        nn.Conv2d(1, 4, 8, stride=4), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 8 * 8, 32), nn.ReLU()
+    )
+    actor, critic = nn.Linear(32, n_actions), nn.Linear(32, 1)
+    params = [*trunk.parameters(), *actor.parameters(), *critic.parameters()]
+    optimizer = torch.optim.Adam(params, lr=2.5e-4, eps=1e-5)
+
+    def policy(x):
+        hidden = trunk(x.permute(0, 3, 1, 2) / 255.0)
+        return Categorical(logits=actor(hidden)), critic(hidden).squeeze(-1)
+
+    obs_shape = envs.single_observation_space.shape
+    obs_buf = torch.zeros((num_steps, n_envs, *obs_shape))
+    actions, logprobs, rewards, dones, values = (torch.zeros((num_steps, n_envs)) for _ in range(5))
+    next_obs = torch.tensor(envs.reset(seed=seed)[0], dtype=torch.float32)
+    next_done = torch.zeros(n_envs)
+    for _ in range(updates):
+        for step in range(num_steps):
+            obs_buf[step], dones[step] = next_obs, next_done
+            with torch.no_grad():
+                dist, value = policy(next_obs)
+                action = dist.sample()
+            actions[step], logprobs[step], values[step] = action, dist.log_prob(action), value
+            obs, reward, terminations, truncations, _ = envs.step(action.numpy())
+            rewards[step] = torch.tensor(reward, dtype=torch.float32)
+            next_obs = torch.tensor(obs, dtype=torch.float32)
+            next_done = torch.tensor(np.logical_or(terminations, truncations), dtype=torch.float32)
+        with torch.no_grad():
+            next_value = policy(next_obs)[1]
+            advantages = torch.zeros_like(rewards)
+            last = 0
+            for t in reversed(range(num_steps)):
+                nonterminal = 1.0 - (next_done if t == num_steps - 1 else dones[t + 1])
+                following = next_value if t == num_steps - 1 else values[t + 1]
+                delta = rewards[t] + 0.99 * following * nonterminal - values[t]
+                advantages[t] = last = delta + 0.99 * 0.95 * nonterminal * last
+            returns = advantages + values
+        b_obs, b_actions, b_logprobs = obs_buf.flatten(0, 1), actions.flatten(), logprobs.flatten()
+        b_advantages, b_returns = advantages.flatten(), returns.flatten()
+        for _ in range(2):
+            for idx in torch.randperm(num_steps * n_envs).split(32):
+                dist, value = policy(b_obs[idx])
+                ratio = (dist.log_prob(b_actions[idx]) - b_logprobs[idx]).exp()
+                adv = b_advantages[idx]
+                adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+                pg_loss = torch.max(-adv * ratio, -adv * ratio.clamp(0.8, 1.2)).mean()
+                loss = pg_loss + 0.5 * ((value - b_returns[idx]) ** 2).mean() - 0.01 * dist.entropy().mean()
+                optimizer.zero_grad()
+                loss.backward()
+                nn.utils.clip_grad_norm_(params, 0.5)
+                optimizer.step()
+    return [p.detach().clone() for p in params]
+
+
+@pytest.mark.parametrize("mode", [NEXT, SAME], ids=lambda m: m.name)
+def test_cleanrl_ppo_update_matches_sync(no_leaks, mode):
+    """384 env steps and 3 PPO updates on 4 envs: parameters bit-equal to the same loop on
+    SyncVectorEnv (any difference in any observation, reward or flag would show)."""
+    import torch
+
+    fns = [TinyImageEnv] * 4
+    ref = SyncVectorEnv(fns, autoreset_mode=mode)
+    with closing(ref):
+        want = _cleanrl_ppo(ref)
+    with closing(make(fns, autoreset_mode=mode)) as env:
+        got = _cleanrl_ppo(env)
+    assert len(got) == len(want)
+    for i, (a, b) in enumerate(zip(got, want)):
+        assert torch.equal(a, b), f"parameter {i} differs by up to {(a - b).abs().max().item()}"

@@ -134,6 +134,32 @@ def _params_hash(model: Any) -> str:
     return h.hexdigest()
 
 
+def check_train_args(
+    env: str,
+    backends: Sequence[str],
+    policy: str,
+    n_envs: int,
+    total_steps: int,
+    seeds: Sequence[int],
+    env_kwargs: dict[str, Any] | None,
+) -> tuple[str, str]:
+    """Check :func:`train`'s arguments (building the env once); the algorithm and policy names.
+
+    :raises ValueError: for a bad env, backend, policy or count.
+    """
+    parsed = parse_policy(policy)
+    if parsed is None:
+        raise ValueError("--train needs a policy such as ppo:CnnPolicy, not 'none'")
+    for b in backends:
+        check_backend(b)
+        if b in _NOT_TRAINABLE:
+            raise ValueError(f"backend {b!r} is not an SB3 VecEnv and cannot be trained on")
+    if n_envs < 1 or total_steps < 1 or not seeds:
+        raise ValueError("--train needs n_envs >= 1, total steps >= 1 and at least one seed")
+    check_env_name(env, **(env_kwargs or {}))
+    return parsed
+
+
 def train(
     env: str,
     backends: Sequence[str] = ("dummy", "subproc", "shm"),
@@ -149,17 +175,7 @@ def train(
 
     :raises ValueError: for a bad env, backend, policy or count.
     """
-    parsed = parse_policy(policy)
-    if parsed is None:
-        raise ValueError("--train needs a policy such as ppo:CnnPolicy, not 'none'")
-    algo, policy_name = parsed
-    for b in backends:
-        check_backend(b)
-        if b in _NOT_TRAINABLE:
-            raise ValueError(f"backend {b!r} is not an SB3 VecEnv and cannot be trained on")
-    if n_envs < 1 or total_steps < 1 or not seeds:
-        raise ValueError("--train needs n_envs >= 1, total steps >= 1 and at least one seed")
-    check_env_name(env, **(env_kwargs or {}))
+    algo, policy_name = check_train_args(env, backends, policy, n_envs, total_steps, seeds, env_kwargs)
     fn = functools.partial(_monitored, env_factory(env, **(env_kwargs or {})))
     result = TrainResult(env, policy, n_envs, total_steps, list(seeds))
     kwargs = _algo_kwargs(algo, n_envs, total_steps)

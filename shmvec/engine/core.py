@@ -10,16 +10,16 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from shmvec.engine.batch import StepBatch
 from shmvec.engine.failures import add_note, env_error
 from shmvec.engine.options import Options, context
-from shmvec.engine.pool import Outcome, WorkerPool, split_envs
+from shmvec.engine.pool import Outcome, WorkerPool, by_worker, split_envs
 from shmvec.engine.reader import Reader
 from shmvec.engine.slots import Slots
 from shmvec.engine.supervisor import Supervisor
@@ -34,30 +34,6 @@ from shmvec.ring import Ring
 _RESTART_ON_ENV_ERROR = (Command.STEP, Command.RESET)
 # Bringing a worker up: a failure here is never recovered from by a restart.
 _START_UP = (Command.MAKE_ENV, Command.ATTACH, Command.CONFIGURE)
-
-
-@dataclass
-class StepBatch:
-    """What one step of every env gave.
-
-    :param obs: the observation leaves (see :mod:`shmvec.layout`), batched; with ``copy=True`` the
-        caller's own, else read-only views valid for ``n_slots - 1`` more batches.
-    :param rewards: ``(n_envs,)`` float64, a view of the ring valid until the next step.
-    :param terminated: ``(n_envs,)`` bool, likewise.
-    :param truncated: ``(n_envs,)`` bool, likewise.
-    :param infos: env index -> its step info, for envs whose info was not empty (fresh dicts).
-    :param reset_infos: env index -> reset info, for envs reset within this step.
-    :param finals: env index -> terminal observation leaves (copies), for envs whose episode ended
-        in this step (same-step autoreset, and envs rebuilt by restart mode).
-    """
-
-    obs: list[np.ndarray]
-    rewards: np.ndarray
-    terminated: np.ndarray
-    truncated: np.ndarray
-    infos: dict[int, dict[str, Any]]
-    reset_infos: dict[int, dict[str, Any]]
-    finals: dict[int, list[np.ndarray]]
 
 
 class Engine:
@@ -100,8 +76,15 @@ class Engine:
         self.supervisor = Supervisor(self, opts.budget(), n_envs)
         self.slots = Slots(opts.n_slots, opts.copy)
         self._stepping: list[int] = list(range(self.n_workers))
+        self._posted_faults: list[Fault] = []
         self.pool = WorkerPool(
-            ctx, self.start_method, self.worker_envs, env_fns, opts.worker_threads, opts.timeout
+            ctx,
+            self.start_method,
+            self.worker_envs,
+            env_fns,
+            opts.worker_threads,
+            opts.timeout,
+            opts.isolate_rng,
         )
         self.res = self.pool.res
         self._finalizer = weakref.finalize(self, self.res.release)
@@ -201,6 +184,8 @@ class Engine:
             w = min(errors)
             if cmd in _START_UP:
                 self.give_up()
+            elif cmd == Command.STEP and self.reader.decoded:
+                self._resync()
             self.waiting = False
             raise env_error(errors[w], w, self.worker_envs[w])
         if faults and cmd not in _RESTART_ON_ENV_ERROR:
@@ -236,16 +221,7 @@ class Engine:
         self.check_open()
         if self.waiting:
             raise RuntimeError(f"{cmd.value} called while a step is pending: call step_wait() first")
-        groups: dict[int, tuple[list[int], list[int]]] = {}
-        for pos, i in enumerate(indices):
-            if not -self.num_envs <= i < self.num_envs:
-                raise IndexError(f"env index {i} out of range for {self.num_envs} envs")
-            i %= self.num_envs
-            w = next(w for w, g in enumerate(self.worker_envs) if i in g)
-            local, positions = groups.setdefault(w, ([], []))
-            local.append(i - self.worker_envs[w].start)
-            positions.append(pos)
-        plan = sorted(groups.items())
+        plan = by_worker(indices, self.worker_envs)
         label = cmd.label((None, *args))
         replies = self.call_workers(
             cmd, [(local, *args) for _, (local, _) in plan], [w for w, _ in plan], label
@@ -328,21 +304,22 @@ class Engine:
         # Restart mode: a worker rebuilt since the last step has fresh envs that are not reset yet;
         # step_wait resets them instead of stepping them.
         needs_reset = self.supervisor.needs_reset
-        self._stepping = [w for w in range(self.n_workers) if w not in needs_reset]
+        stepping = [w for w in range(self.n_workers) if w not in needs_reset]
         if self._openmp is not None:
             # This thread has nothing to compute until the workers answer, and its OpenMP pool would
             # spin on a core they need (see shmvec.openmp). Before sending: the pool's threads are
             # still spinning, so they leave at once, and the workers wake up to free cores.
             self._openmp.pause()
-        pool = self.pool
-        for w in self._stepping:
-            g = self.worker_envs[w]
-            payload = (slot, None if in_ring else actions[g.start : g.stop])
-            if not pool.send(w, Command.STEP, payload) and not self.restart:
-                error = pool.lost(w, "step").error
-                self.give_up()
-                raise error
-            # Restart mode: the wait in step_wait sees the dead worker and rebuilds it.
+        groups = self.worker_envs
+        payloads = [(slot, None if in_ring else actions[groups[w].start : groups[w].stop]) for w in stepping]
+        faults = self.pool.post(Command.STEP, payloads, stepping, "step", stop_on_fault=not self.restart)
+        if faults and not self.restart:
+            self.give_up(graceful=not isinstance(faults[0].error, EnvTimeoutError))
+            raise faults[0].error
+        # Restart mode: step_wait rebuilds the workers that could not take the step.
+        self._posted_faults = faults
+        failed = {f.worker for f in faults}
+        self._stepping = [w for w in stepping if w not in failed]
         self.waiting = True
 
     def step_wait(self) -> StepBatch:
@@ -352,6 +329,7 @@ class Engine:
             raise RuntimeError("step_wait() called without step_async()")
         slot = self.slots.current
         outcome = self.pool.gather(self._stepping, "step", stop_on_fault=not self.restart)
+        outcome.faults = sorted(outcome.faults + self._posted_faults, key=lambda f: f.worker)
         faults = self._settle(outcome, Command.STEP)
         self.waiting = False
         infos: dict[int, dict[str, Any]] = {}
@@ -388,6 +366,14 @@ class Engine:
         arrays, finals = self.reader.read(slot, done, only=only)
         finals.update(restarted)
         return StepBatch(arrays, rewards, terminated, truncated, infos, reset_infos, finals)
+
+    def _resync(self) -> None:
+        """After a failed step, with codecs: some envs encoded a frame that was never decoded, so
+        every env starts over from a key frame (instead of every later step failing as "frame lost")."""
+        self.pool.call(
+            Command.CONFIGURE, [{"key_frames": True}] * self.n_workers, range(self.n_workers), "step", True
+        )
+        self.reader.restart(range(self.num_envs))
 
     def render_all(self) -> list[Any]:
         """``env.render()`` of every env, in env order."""

@@ -61,11 +61,12 @@ def crash_error(
 
 
 def timeout_error(
-    w: int, pid: int | None, envs: range, command: str, timeout: float, outcome: str
+    w: int, pid: int | None, envs: range, command: str, timeout: float, outcome: str, verb: str = "answer"
 ) -> EnvTimeoutError:
-    """The error for worker ``w`` that did not answer ``command`` within ``timeout`` seconds."""
+    """The error for worker ``w`` that did not answer (or take, ``verb``) ``command`` within
+    ``timeout`` seconds."""
     return EnvTimeoutError(
-        f"{worker_label(w, pid, envs)} did not answer {command} within {timeout:g} s; {outcome}",
+        f"{worker_label(w, pid, envs)} did not {verb} {command} within {timeout:g} s; {outcome}",
         worker_index=w,
         env_indices=list(envs),
         worker_pid=pid,

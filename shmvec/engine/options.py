@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import multiprocessing as mp
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
@@ -41,10 +41,18 @@ class Options:
     max_restarts: int = 10
     restart_window: float | None = 60.0
     check_finite: bool = False
+    isolate_rng: bool = False
     autoreset: str = "same_step"
     pause_openmp: bool = True
     frame_stack: int | None = None
     frame_stack_channels_order: ChannelsOrder = None
+
+    @classmethod
+    def pick(cls, values: dict[str, Any], **overrides: Any) -> Options:
+        """Options from a face's parameters (``locals()`` of its ``__init__``: the names that are
+        options are taken, the rest ignored), then ``overrides``."""
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in values.items() if k in names}, **overrides)
 
     def checked(self, n_envs: int) -> Options:
         """These options with the defaults that depend on ``n_envs`` filled in.
@@ -72,9 +80,6 @@ class Options:
             )
         if self.autoreset not in AUTORESET_MODES:
             raise ValueError(f"autoreset must be one of {AUTORESET_MODES}, got {self.autoreset!r}")
-        if self.codec is not None and (self.on_crash == "restart" or self.check_finite):
-            # Both read raw observations from the ring slots, which hold encoded bytes with a codec.
-            raise ValueError("on_crash='restart' and check_finite=True do not work with a codec yet")
         RestartBudget(self.max_restarts, self.restart_window)  # checks its own arguments
         fs = self.frame_stack
         if fs is not None and (isinstance(fs, bool) or not isinstance(fs, int) or fs < 1):

@@ -3,7 +3,8 @@
 :meth:`WorkerPool.call` never raises for what a worker did: it returns an :class:`Outcome` with the
 results, the exceptions the envs raised and the workers that died or hung, and the caller decides
 (raise, or rebuild the worker). Releasing everything goes through one path, :meth:`Resources.release`,
-which a ``weakref.finalize`` also runs if the owner is garbage collected unclosed.
+(:mod:`shmvec.engine.resources`), which a ``weakref.finalize`` also runs if the owner is garbage
+collected unclosed.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import math
 import os
 import pickle
 import select
+import struct
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -23,16 +25,15 @@ from typing import Any
 import cloudpickle
 
 from shmvec.engine.failures import crash_error, timeout_error
+from shmvec.engine.resources import Resources
+from shmvec.process import thread_env
 from shmvec.protocol import Command, RemoteError
 from shmvec.restart import Fault
-from shmvec.ring import Ring
-from shmvec.worker import thread_env, worker_main
+from shmvec.worker import worker_main
 
-# How long close() lets a worker finish its current command and exit before terminating it (s).
-_CLOSE_GRACE_S = 5.0
-# Starting a worker (imports, env factories) may take longer than a step: the start-up wait is at
-# least this long even with a short ``timeout`` (s). A dead worker is still noticed at once.
-_STARTUP_TIMEOUT_S = 60.0
+# A message up to this size (bytes) is written in one go: the worker has read every earlier message
+# (it answered them), so the pipe has room for it. A larger one is written within ``timeout``.
+_SMALL_MESSAGE = 4096
 
 
 def usable_cpus() -> int:
@@ -54,6 +55,27 @@ def split_envs(n_envs: int, n_workers: int) -> list[range]:
     return groups
 
 
+def by_worker(
+    indices: Sequence[int], worker_envs: list[range]
+) -> list[tuple[int, tuple[list[int], list[int]]]]:
+    """Env indices (negative ones count from the end) grouped by worker, in worker order:
+    ``(worker, (local indices, positions in indices))``.
+
+    :raises IndexError: for an index out of range.
+    """
+    n_envs = worker_envs[-1].stop
+    groups: dict[int, tuple[list[int], list[int]]] = {}
+    for pos, i in enumerate(indices):
+        if not -n_envs <= i < n_envs:
+            raise IndexError(f"env index {i} out of range for {n_envs} envs")
+        i %= n_envs
+        w = next(w for w, g in enumerate(worker_envs) if i in g)
+        local, positions = groups.setdefault(w, ([], []))
+        local.append(i - worker_envs[w].start)
+        positions.append(pos)
+    return sorted(groups.items())
+
+
 @dataclass
 class Outcome:
     """What a command to some workers came back with.
@@ -68,69 +90,6 @@ class Outcome:
     faults: list[Fault] = field(default_factory=list)
 
 
-class Resources:
-    """What must be released whatever happens: processes, pipes, fault logs, the ring, the reader.
-
-    Kept apart from the engine so a ``weakref.finalize`` can release them without keeping it alive.
-    """
-
-    def __init__(self) -> None:
-        self.processes: list[Any] = []
-        self.remotes: list[Connection] = []
-        self.ring: Ring | None = None
-        self.reader: Any = None  # an engine.reader.Reader once built (its decode threads)
-        # Per worker: an fd of the file its faulthandler writes to (unlinked once the worker runs).
-        self.fault_logs: list[tuple[int, str]] = []
-
-    def close_fault_log(self, w: int) -> None:
-        fd, path = self.fault_logs[w]
-        with suppress(OSError):
-            os.unlink(path)
-        with suppress(OSError):
-            os.close(fd)
-
-    def release(self, graceful: bool = True) -> None:
-        """Stop the workers (``graceful``: ask first, then terminate), close pipes, free the ring."""
-        if self.reader is not None:
-            self.reader.close()
-            self.reader = None
-        if graceful:
-            close = pickle.dumps((Command.CLOSE.value, None), pickle.HIGHEST_PROTOCOL)
-            for remote in self.remotes:
-                with suppress(OSError, ValueError):
-                    remote.send_bytes(close)
-            deadline = time.monotonic() + _CLOSE_GRACE_S
-            for process, remote in zip(self.processes, self.remotes):
-                while process.is_alive() and time.monotonic() < deadline:
-                    # Drain a reply the worker may be blocked sending (a step left pending).
-                    try:
-                        while remote.poll():
-                            remote.recv_bytes()
-                    except (OSError, EOFError, ValueError):
-                        pass
-                    process.join(0.02)
-        for process in self.processes:
-            if process.is_alive():
-                process.terminate()
-                process.join(1.0)
-            if process.is_alive():
-                process.kill()
-                process.join(1.0)
-        for remote in self.remotes:
-            remote.close()
-        for process in self.processes:
-            try:
-                process.close()
-            except ValueError:  # still running after kill: leave it to the OS
-                pass
-        for w in range(len(self.fault_logs)):
-            self.close_fault_log(w)
-        self.fault_logs = []
-        if self.ring is not None:
-            self.ring.close()
-            self.ring = None
-
-
 class WorkerPool:
     """The worker processes of one engine and the pipes to them.
 
@@ -140,6 +99,7 @@ class WorkerPool:
     :param env_fns: all env factories.
     :param worker_threads: BLAS/OpenMP threads per worker (None: the libraries' defaults).
     :param timeout: seconds a reply may take (None: no limit; a dead worker is noticed at once).
+    :param isolate_rng: give each env its own process-global RNG state in its worker.
     """
 
     def __init__(
@@ -150,8 +110,10 @@ class WorkerPool:
         env_fns: list[Callable[[], Any]],
         worker_threads: int | None,
         timeout: float | None,
+        isolate_rng: bool = False,
     ) -> None:
         self.ctx, self.start_method, self.worker_envs = ctx, start_method, worker_envs
+        self.isolate_rng = isolate_rng
         self.worker_threads, self.timeout = worker_threads, timeout
         self.res = Resources()
         # Kept in the main process: a replaced worker is rebuilt from them.
@@ -190,6 +152,7 @@ class WorkerPool:
                 self.worker_envs[w].start,
                 self.worker_threads,
                 fault_log[1],
+                self.isolate_rng,
             ),
             daemon=True,
             name=f"shmvec-worker-{w}",
@@ -228,16 +191,36 @@ class WorkerPool:
             self.res.processes[w].close()
         self.start(w)
 
-    def send(self, w: int, cmd: Command, payload: Any) -> bool:
-        """Send one command; False if the worker's pipe is broken (it died: the wait that follows
-        reports how)."""
+    def send(self, w: int, cmd: Command, payload: Any, label: str) -> Fault | None:
+        """Send one command; the fault if the worker is dead or does not take it within ``timeout``."""
+        # Plain pickle + send_bytes: Connection.send builds a ForkingPickler per message, which
+        # costs more than the rest of sending a step command.
+        data = pickle.dumps((cmd.value, payload), pickle.HIGHEST_PROTOCOL)
+        remote = self.res.remotes[w]
         try:
-            # Plain pickle + send_bytes: Connection.send builds a ForkingPickler per message, which
-            # costs more than the rest of sending a step command.
-            self.res.remotes[w].send_bytes(pickle.dumps((cmd.value, payload), pickle.HIGHEST_PROTOCOL))
+            if self.timeout is None or len(data) <= _SMALL_MESSAGE:
+                remote.send_bytes(data)
+            elif not _send_within(remote, data, self.timeout):
+                return self.hung(w, label, "it was killed", "take")
         except (BrokenPipeError, ConnectionResetError, EOFError):
-            return False
-        return True
+            return self.lost(w, label)
+        return None
+
+    def post(
+        self, cmd: Command, payloads: Sequence[Any], workers: Sequence[int], label: str, stop_on_fault: bool
+    ) -> list[Fault]:
+        """Send ``cmd`` with one payload to each of ``workers``; the faults of those that could not
+        take it (killed if hung: a half-written message leaves their pipe unusable). Stops at the
+        first fault with ``stop_on_fault``."""
+        faults = []
+        for w, payload in zip(workers, payloads):
+            fault = self.send(w, cmd, payload, label)
+            if fault is not None:
+                self.kill(w)
+                faults.append(fault)
+                if stop_on_fault:
+                    break
+        return faults
 
     def call(
         self,
@@ -249,10 +232,15 @@ class WorkerPool:
     ) -> Outcome:
         """Send ``cmd`` with one payload to each of ``workers``, then :meth:`gather` their replies."""
         workers = list(workers)
-        for w, payload in zip(workers, payloads):
-            if not self.send(w, cmd, payload) and stop_on_fault:
-                return Outcome([None] * len(workers), faults=[self.lost(w, label)])
-        return self.gather(workers, label, stop_on_fault)
+        faults = self.post(cmd, payloads, workers, label, stop_on_fault)
+        if faults and stop_on_fault:
+            return Outcome([None] * len(workers), faults=faults)
+        failed = {f.worker for f in faults}
+        outcome = self.gather([w for w in workers if w not in failed], label, stop_on_fault)
+        results = dict(zip([w for w in workers if w not in failed], outcome.results))
+        outcome.results = [results.get(w) for w in workers]
+        outcome.faults = sorted(outcome.faults + faults, key=lambda f: f.worker)
+        return outcome
 
     def lost(self, w: int, command: str) -> Fault:
         """The fault of dead worker ``w`` (waits up to 1 s for its exit code)."""
@@ -269,11 +257,11 @@ class WorkerPool:
         )
         return Fault(w, error.args[0], error)
 
-    def hung(self, w: int, command: str, outcome: str) -> Fault:
-        """The fault of worker ``w`` that did not answer ``command`` in time."""
+    def hung(self, w: int, command: str, outcome: str, verb: str = "answer") -> Fault:
+        """The fault of worker ``w`` that did not answer (or take) ``command`` in time."""
         assert self.timeout is not None
         error = timeout_error(
-            w, self.res.processes[w].pid, self.worker_envs[w], command, self.timeout, outcome
+            w, self.res.processes[w].pid, self.worker_envs[w], command, self.timeout, outcome, verb
         )
         return Fault(w, error.args[0], error)
 
@@ -289,10 +277,7 @@ class WorkerPool:
         results: dict[int, Any] = {}
         errors: dict[int, RemoteError] = {}
         faults: dict[int, Fault] = {}
-        timeout = self.timeout
-        if command == Command.MAKE_ENV and timeout is not None:
-            timeout = max(timeout, _STARTUP_TIMEOUT_S)
-        deadline = None if timeout is None else time.monotonic() + timeout
+        deadline = None if self.timeout is None else time.monotonic() + self.timeout
         # A bare poll object, not multiprocessing.connection.wait: that builds a selectors object on
         # every call, which was a third of the main process's CPU time per step on Pong.
         poller = select.poll()
@@ -351,6 +336,30 @@ class WorkerPool:
             return os.pread(self.res.fault_logs[w][0], 1 << 16, 0).decode(errors="replace")
         except (OSError, IndexError):
             return ""
+
+
+def _send_within(remote: Connection, data: bytes, timeout: float) -> bool:
+    """``remote.send_bytes(data)`` (same framing), giving up after ``timeout`` seconds of a full pipe;
+    False then (part of the message may have been written)."""
+    size = len(data)
+    header = struct.pack("!i", size) if size <= 0x7FFFFFFF else struct.pack("!iQ", -1, size)
+    fd = remote.fileno()
+    deadline = time.monotonic() + timeout
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    os.set_blocking(fd, False)
+    try:
+        for chunk in (memoryview(header), memoryview(data)):
+            while len(chunk):
+                try:
+                    chunk = chunk[os.write(fd, chunk) :]
+                except BlockingIOError:
+                    left = deadline - time.monotonic()
+                    if left <= 0 or not poller.poll(math.ceil(left * 1000)):
+                        return False
+    finally:
+        os.set_blocking(fd, True)
+    return True
 
 
 def _pickle_factories(fns: list[Callable[[], Any]], first: int, method: str) -> bytes:

@@ -84,7 +84,9 @@ class Supervisor:
                 self.restart_counts[i] += 1
             failed = self.host.relaunch(w)
             if failed is not None:
-                queue.insert(0, failed)
+                # Its envs still end their episode for the first reason; the new error is the one
+                # raised if the budget runs out.
+                queue.insert(0, Fault(w, fault.reason, failed.error))
                 continue
             self.needs_reset[w] = fault.reason
 

@@ -1,0 +1,111 @@
+"""What a worker process sets up about itself: thread pools, exit with its parent, a fault log,
+and (optionally) one process-global RNG state per env.
+
+Imported by every worker first thing: it must stay light (numpy and the standard library).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import faulthandler
+import os
+import random
+import signal
+import sys
+from typing import Any
+
+import numpy as np
+
+_THREAD_VARS = (
+    "OMP_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+    "NUMBA_NUM_THREADS",
+)
+
+
+def thread_env(n_threads: int | None) -> dict[str, str]:
+    """Environment variables that cap BLAS/OpenMP pools at ``n_threads`` (empty dict for None)."""
+    return {} if n_threads is None else {var: str(n_threads) for var in _THREAD_VARS}
+
+
+def limit_threads(n_threads: int | None) -> None:
+    """Cap the thread pools of libraries already loaded in this process.
+
+    With fork the child inherits numpy (and maybe torch, OpenCV) with pools sized for all cores;
+    environment variables come too late for them, so their runtime knobs are set as well. Several
+    workers each spinning a full-size pool on 2 cores run ~10x slower than with one thread each.
+    """
+    if n_threads is None:
+        return
+    os.environ.update(thread_env(n_threads))
+    try:
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(n_threads)
+    except Exception:  # threadpoolctl missing or a library it cannot drive
+        pass
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_num_threads(n_threads)
+    cv2 = sys.modules.get("cv2")
+    if cv2 is not None:
+        cv2.setNumThreads(n_threads)
+
+
+def exit_with_parent() -> None:
+    """Ask Linux to SIGKILL this worker when its parent dies, even if an env hangs in C code.
+
+    A worker blocked on its pipe notices the parent's death by EOF anyway; this covers a worker stuck
+    inside ``env.step``. No-op where prctl is unavailable.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        pr_set_pdeathsig = 1
+        libc.prctl(pr_set_pdeathsig, signal.SIGKILL)
+    except Exception:
+        pass
+
+
+class GlobalRngs:
+    """One process-global RNG state (``np.random.*``, ``random.*``) per env, swapped in around each
+    call into it, so envs packed into one worker draw what they would draw alone in a process
+    forked from the same parent (SubprocVecEnv under fork), whatever ``n_workers`` is.
+
+    :param n_envs: envs of this worker. Each starts from the process's numpy state (under fork: the
+        parent's, as a forked process keeps it) and a freshly seeded ``random`` state (a forked
+        process reseeds ``random`` from the OS).
+    """
+
+    def __init__(self, n_envs: int) -> None:
+        np_state = np.random.get_state()
+        self.states = [(np_state, random.Random().getstate()) for _ in range(n_envs)]
+
+    def enter(self, i: int) -> None:
+        np_state, py_state = self.states[i]
+        np.random.set_state(np_state)
+        random.setstate(py_state)
+
+    def leave(self, i: int) -> None:
+        self.states[i] = (np.random.get_state(), random.getstate())
+
+
+_fault_file: Any = None  # kept open for faulthandler for the life of the worker
+
+
+def enable_faulthandler(path: str | None) -> None:
+    """On a segfault, abort, SIGBUS or SIGFPE in an env (or its native library), write the Python
+    traceback to ``path`` (the main process reads it into the error) or, without one, to stderr."""
+    global _fault_file
+    try:
+        if path is not None:
+            _fault_file = open(path, "w")  # noqa: SIM115 - must outlive this function
+            faulthandler.enable(file=_fault_file)
+        else:
+            faulthandler.enable()
+    except Exception:
+        pass
