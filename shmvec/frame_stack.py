@@ -108,10 +108,12 @@ class FrameStack(gym.Wrapper):
         return how(self._stacks, obs)
 
     def reset(self, **kwargs: Any) -> tuple[Any, dict]:
+        """Reset the env; the stack is zeros with its first observation in the newest place."""
         obs, info = self.env.reset(**kwargs)
         return self._apply(obs, _Stack.reset), info
 
     def step(self, action: Any) -> tuple[Any, Any, Any, Any, dict]:
+        """Step the env; the stack drops its oldest observation and takes the new one."""
         obs, reward, terminated, truncated, info = self.env.step(action)
         return self._apply(obs, _Stack.step), reward, terminated, truncated, info
 

@@ -70,7 +70,7 @@ class ShmVecEnv(VecEnv):
         no extra work). A registry name (``"delta"``, ``"lz4"``, ``"zstd"``, ``"png"``...), a
         :class:`shmvec.codecs.Codec` (``shmvec.codecs.get("zstd", level=3)``), or a mapping from Dict
         keys (nested keys joined by ``.``) to either, other keys staying raw. A lossy codec needs
-        ``tolerance``. See README, "Codecs", for when this is faster and when it is not.
+        ``tolerance``. See the docs guide "Codecs and fidelity" for when this pays.
     :param verify_every: with a codec, every this many frames of each env (default 100) the worker
         sends a crc32 of the raw observation (lossy codecs: the raw observation itself) and the
         decoded one is checked against it: :class:`shmvec.CodecMismatchError` names env, step and key.

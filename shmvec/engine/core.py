@@ -16,6 +16,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from shmvec._start_methods import exit_if_reimported_main
 from shmvec.engine.batch import StepBatch
 from shmvec.engine.failures import add_note, env_error
 from shmvec.engine.options import Options, context
@@ -53,6 +54,8 @@ class Engine:
         options: Options | None = None,
         owner: str = "ShmVecEnv",
     ) -> None:
+        # A worker re-importing a main script without the __main__ guard stops here with one line.
+        exit_if_reimported_main()
         self.closed = True  # until start-up succeeds, close() has nothing of ours to do
         self.waiting = False
         self.owner = owner

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 
+from shmvec._start_methods import resolve_start_method
 from shmvec.codecs import Codec, CodecSpec
 from shmvec.engine.pool import usable_cpus
 from shmvec.frame_stack import ChannelsOrder, stacked_factory
@@ -130,6 +131,9 @@ class Options:
 def context(start_method: str | None) -> tuple[str, Any]:
     """The start method (default as SubprocVecEnv: forkserver where available, else spawn) and its
     multiprocessing context; ``ValueError("cannot find context for ...")`` like SB3 for a bad name."""
-    if start_method is None:
-        start_method = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
-    return start_method, mp.get_context(start_method)
+    try:
+        resolved = resolve_start_method(start_method)
+    except ValueError as exc:
+        # SB3's tests expect multiprocessing's own wording; the valid choices follow it.
+        raise ValueError(f"cannot find context for {start_method!r}: {exc}") from None
+    return resolved, mp.get_context(resolved)
