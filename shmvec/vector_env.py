@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy as copy_module
 import functools
+import importlib
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -264,16 +265,21 @@ def make_vec(
     """A :class:`ShmVectorEnv` of ``num_envs`` copies of a registered env, like
     ``gymnasium.make_vec(env_id, num_envs, wrappers=...)``.
 
-    :param env_id: a registered id, e.g. ``"CartPole-v1"`` or ``"ALE/Pong-v5"``.
+    :param env_id: a registered id, e.g. ``"CartPole-v1"``, or ``"module:EnvId"`` to import the module
+        that registers it first (``"ale_py:ALE/Pong-v5"``).
     :param wrappers: applied in order to each env (in its worker) after ``gymnasium.make``.
     :param env_kwargs: keyword arguments of ``gymnasium.make`` (default none).
     :param kwargs: parameters of :class:`ShmVectorEnv` (``autoreset_mode``, ``n_workers``...).
     """
     env_kwargs = dict(env_kwargs or {})
+    # "module:EnvId" as gymnasium takes it: the module registers the id when imported.
+    module, _, name = env_id.rpartition(":")
+    if module:
+        importlib.import_module(module)
+    spec = copy_module.deepcopy(gym.spec(name))
+    spec.kwargs = {**spec.kwargs, **env_kwargs, "num_envs": num_envs, "vectorization_mode": None}
     fn = functools.partial(_make_env, env_id, tuple(wrappers or ()), env_kwargs)
     env = ShmVectorEnv([fn] * num_envs, **kwargs)
-    spec = copy_module.deepcopy(gym.spec(env_id))
-    spec.kwargs = {**spec.kwargs, **env_kwargs, "num_envs": num_envs, "vectorization_mode": None}
     env.spec = spec
     return env
 
