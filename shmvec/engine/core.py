@@ -309,9 +309,7 @@ class Engine:
         needs_reset = self.supervisor.needs_reset
         stepping = [w for w in range(self.n_workers) if w not in needs_reset]
         if self._openmp is not None:
-            # This thread has nothing to compute until the workers answer, and its OpenMP pool would
-            # spin on a core they need (see shmvec.openmp). Before sending: the pool's threads are
-            # still spinning, so they leave at once, and the workers wake up to free cores.
+            # Before sending: the idle pool's threads leave at once and free the workers' cores.
             self._openmp.pause()
         groups = self.worker_envs
         payloads = [(slot, None if in_ring else actions[groups[w].start : groups[w].stop]) for w in stepping]
