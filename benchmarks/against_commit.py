@@ -1,0 +1,100 @@
+"""ShmVecEnv of this tree against ShmVecEnv of another commit, side by side, interleaved.
+
+    git worktree add /tmp/old 45780b7
+    python benchmarks/against_commit.py --old /tmp/old
+
+Each window runs in a fresh interpreter: ``PYTHONPATH=<old>`` makes it import the old ``shmvec``
+(PYTHONPATH comes before the editable install), no PYTHONPATH the current one. Per workload (ALE
+Pong raw frames; synthetic 512x512x3 frames at 0 ms per step), n_envs=8, fork, random actions:
+env steps/s of every round and the main process's CPU per batch step, then the ratio of medians.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+WORKLOADS = ("pong", "synth512")
+
+
+def window(workload: str, seconds: float) -> dict[str, float | str]:
+    """One measuring window in this interpreter (whichever ``shmvec`` it imports)."""
+    import functools
+
+    import numpy as np
+
+    import shmvec
+    from shmvec import ShmVecEnv
+
+    if workload == "pong":
+        import ale_py
+        import gymnasium as gym
+
+        gym.register_envs(ale_py)
+        fn = functools.partial(gym.make, "ALE/Pong-v5")
+    else:
+        from shmvec.synthetic import SyntheticImageEnv
+
+        fn = functools.partial(SyntheticImageEnv, (512, 512, 3), work_s=0.0)
+    venv = ShmVecEnv([fn] * 8, start_method="fork")
+    try:
+        venv.seed(0)
+        venv.reset()
+        venv.action_space.seed(0)
+        actions = [np.array([venv.action_space.sample() for _ in range(8)]) for _ in range(64)]
+        for k in range(50):  # warm-up: fresh pages, caches
+            venv.step(actions[k % 64])
+        n, start, cpu = 0, time.perf_counter(), time.process_time()
+        while time.perf_counter() - start < seconds:
+            venv.step(actions[n % 64])
+            n += 1
+        wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+    finally:
+        venv.close()
+    return {"shmvec": shmvec.__file__, "steps_per_s": n * 8 / wall, "main_cpu_ms": cpu / n * 1e3}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
+    parser.add_argument("--old", required=True, help="a checkout of the other commit (git worktree)")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--seconds", type=float, default=3.0, help="measured seconds per window")
+    parser.add_argument("--window", choices=WORKLOADS, help=argparse.SUPPRESS)  # internal: one window
+    args = parser.parse_args()
+    if args.window:
+        print(json.dumps(window(args.window, args.seconds)))
+        return
+    runs: dict[tuple[str, str], list[dict]] = {}
+    for _ in range(args.rounds):
+        for workload in WORKLOADS:
+            for side, path in (("old", args.old), ("new", None)):
+                env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+                if path is not None:
+                    env["PYTHONPATH"] = os.path.abspath(path)
+                cmd = [sys.executable, __file__, "--old", args.old, "--window", workload]
+                out = subprocess.run(
+                    [*cmd, "--seconds", str(args.seconds)], env=env, capture_output=True, text=True
+                )
+                if out.returncode != 0:
+                    raise SystemExit(f"{side} {workload} failed:\n{out.stderr}")
+                runs.setdefault((workload, side), []).append(json.loads(out.stdout.strip().splitlines()[-1]))
+    for workload in WORKLOADS:
+        old, new = runs[(workload, "old")], runs[(workload, "new")]
+        med = {s: statistics.median(r["steps_per_s"] for r in rs) for s, rs in (("old", old), ("new", new))}
+        cpu = {s: statistics.median(r["main_cpu_ms"] for r in rs) for s, rs in (("old", old), ("new", new))}
+        print(
+            f"{workload}: old {[round(r['steps_per_s']) for r in old]} new {[round(r['steps_per_s']) for r in new]} "
+            f"env steps/s; new/old {med['new'] / med['old']:.3f}; main CPU per batch step "
+            f"{cpu['old']:.3f} -> {cpu['new']:.3f} ms"
+        )
+
+
+if __name__ == "__main__":
+    main()
