@@ -70,7 +70,9 @@ class ShmVectorEnv(VectorEnv):
     ``n_workers``, ``copy``, ``n_slots``, ``worker_threads``, ``timeout`` in seconds, ``codec``,
     ``verify_every``, ``tolerance``, ``decode_threads``, ``on_crash``, ``max_restarts``,
     ``restart_window`` in seconds, ``check_finite``, ``isolate_rng``, ``pause_openmp``,
-    ``frame_stack``, ``frame_stack_channels_order``), with the same defaults.
+    ``frame_stack``, ``frame_stack_channels_order``), with the same defaults. ``n_workers="auto"``
+    chooses the count from a short probe of one env (see :mod:`shmvec.engine.autoworkers`); the
+    chosen count is :attr:`n_workers`.
 
     ``frame_stack=K`` stacks each env's last K observations in its worker, by SB3's ``VecFrameStack``
     rules (stack axis, zeros at the start of every episode): the results equal ``SyncVectorEnv`` over
@@ -89,7 +91,7 @@ class ShmVectorEnv(VectorEnv):
         *,
         autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
         start_method: str | None = None,
-        n_workers: int | None = None,
+        n_workers: int | str | None = None,
         copy: bool = True,
         n_slots: int | None = None,
         worker_threads: int | None = 1,
