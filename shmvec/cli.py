@@ -41,8 +41,8 @@ def _parser() -> argparse.ArgumentParser:
         "--backends",
         default="dummy,subproc,shm",
         help="comma-separated, from: dummy, subproc, shm, async (gymnasium AsyncVectorEnv with shared "
-        "memory), sync (gymnasium SyncVectorEnv), shm-vector (ShmVectorEnv), envpool (ALE ids, needs "
-        "the envpool extra); default dummy,subproc,shm",
+        "memory), sync (gymnasium SyncVectorEnv), shm-vector (ShmVectorEnv), shm-auto (ShmVecEnv with "
+        "n_workers='auto'), envpool (ALE ids, needs the envpool extra); default dummy,subproc,shm",
     )
     bench.add_argument("--n-envs", default="1,2,4,8", help="comma-separated env counts (default 1,2,4,8)")
     bench.add_argument(

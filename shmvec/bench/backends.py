@@ -6,7 +6,8 @@ runner times them all the same way.
 
 Backends: ``dummy`` (SB3 DummyVecEnv), ``subproc`` (SB3 SubprocVecEnv), ``shm`` (ShmVecEnv),
 ``async`` (gymnasium ``AsyncVectorEnv(shared_memory=True)``), ``sync`` (gymnasium ``SyncVectorEnv``),
-``shm-vector`` (:class:`shmvec.ShmVectorEnv`, the Gymnasium face) and ``envpool`` (EnvPool's C++
+``shm-vector`` (:class:`shmvec.ShmVectorEnv`, the Gymnasium face), ``shm-auto`` (ShmVecEnv with
+``n_workers="auto"``, to compare with hand-picked ``shm`` counts) and ``envpool`` (EnvPool's C++
 Atari envs, for ALE ids only; see :mod:`shmvec.bench.envpool_backend`). The Gymnasium ones run
 behind :class:`GymVectorAdapter`. Another backend (e.g. ``shm`` with an observation codec) is added
 with :func:`register_backend`; the CLI, runner and reports pick it up by name.
@@ -120,6 +121,12 @@ def _shm(env_fns: list[Callable[[], gym.Env]], n_workers: int | None, start_meth
     return ShmVecEnv(env_fns, start_method=start_method, n_workers=n_workers)
 
 
+def _shm_auto(env_fns: list[Callable[[], gym.Env]], n_workers: int | None, start_method: str) -> Any:
+    from shmvec.vec_env import ShmVecEnv
+
+    return ShmVecEnv(env_fns, start_method=start_method, n_workers="auto")
+
+
 def _async(env_fns: list[Callable[[], gym.Env]], n_workers: int | None, start_method: str) -> Any:
     from gymnasium.vector import AsyncVectorEnv, AutoresetMode
 
@@ -156,6 +163,7 @@ _BUILDERS: dict[str, Builder] = {
     "sync": _sync,
     "shm-vector": _shm_vector,
     "envpool": _envpool,
+    "shm-auto": _shm_auto,
 }
 # Backends whose worker count can be chosen (the others have one worker per env, or none).
 _TAKES_WORKERS: set[str] = {"shm", "shm-vector"}
