@@ -70,7 +70,7 @@ def test_computing_env_gets_a_worker_per_cpu_and_steps_like_dummy(no_leaks):
 
 
 def test_vector_face_chooses_too_and_steps_like_sync(no_leaks):
-    env = shmvec.ShmVectorEnv([WAITING] * 5, start_method="forkserver", n_workers="auto")
+    env = shmvec.ShmVectorEnv([WAITING] * 5, start_method="fork", n_workers="auto")
     ref = SyncVectorEnv([WAITING] * 5)
     with closing(env), closing(ref):
         assert env.n_workers == 5

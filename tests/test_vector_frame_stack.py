@@ -63,8 +63,8 @@ def test_frame_stack_channels_order(no_leaks, stacked_kinds, order):
 
 def test_frame_stack_with_codec_and_without_copy(no_leaks, stacked_kinds):
     stacked_kinds(2)
-    vector.run_both("stack-channels_last", SAME, n_envs=3, steps=25, frame_stack=2, codec="delta")
-    vector.run_both("stack-dict", NEXT, n_envs=3, steps=25, frame_stack=2, copy=False)
+    vector.run_both("stack-channels_last", SAME, n_envs=2, steps=15, frame_stack=2, codec="delta")
+    vector.run_both("stack-dict", NEXT, n_envs=2, steps=15, frame_stack=2, copy=False)
 
 
 def test_frame_stack_space_and_bad_value(no_leaks):

@@ -12,7 +12,7 @@ import shmvec
 from tests.envs import DictImageEnv
 
 
-@pytest.mark.parametrize("start_method", ["forkserver", "spawn"])
+@pytest.mark.parametrize("start_method", ["forkserver", pytest.param("spawn", marks=pytest.mark.slow)])
 def test_vector_env_workers_import_neither_sb3_nor_torch(no_leaks, start_method):
     import torch  # noqa: F401  # loaded here, in the main process: the workers must still not have it
 
