@@ -41,7 +41,8 @@ def _parser() -> argparse.ArgumentParser:
         "--backends",
         default="dummy,subproc,shm",
         help="comma-separated, from: dummy, subproc, shm, async (gymnasium AsyncVectorEnv with shared "
-        "memory); default dummy,subproc,shm",
+        "memory), sync (gymnasium SyncVectorEnv), shm-vector (ShmVectorEnv), shm-auto (ShmVecEnv with "
+        "n_workers='auto'), envpool (ALE ids, needs the envpool extra); default dummy,subproc,shm",
     )
     bench.add_argument("--n-envs", default="1,2,4,8", help="comma-separated env counts (default 1,2,4,8)")
     bench.add_argument(
@@ -232,7 +233,9 @@ def _check_bench_args(args: argparse.Namespace) -> None:
 
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
     if not backends:
-        raise UsageError("--backends is empty; choose from dummy, subproc, shm, async")
+        raise UsageError(
+            "--backends is empty; choose from dummy, subproc, shm, async, sync, shm-vector, envpool"
+        )
     for b in backends:
         _checked(check_backend, b)
     n_envs = _ints(args.n_envs, "--n-envs")

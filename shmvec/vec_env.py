@@ -48,7 +48,10 @@ class ShmVecEnv(VecEnv):
     :param start_method: ``"fork"``, ``"forkserver"`` or ``"spawn"``; default (None) as SubprocVecEnv:
         forkserver where available, else spawn.
     :param n_workers: number of worker processes (default: ``min(n_envs, usable CPUs)``). Envs are
-        split into contiguous groups, one per worker; the split may be uneven.
+        split into contiguous groups, one per worker; the split may be uneven. ``"auto"``: chosen
+        from a short probe of one env in a throwaway worker (about 0.3 s, before the real workers
+        start): envs that mostly wait get more workers, up to one per env; envs that compute get
+        one per usable CPU. See :mod:`shmvec.engine.autoworkers`; the chosen count is ``n_workers``.
     :param copy: True (default): the observation arrays returned by ``reset``/``step`` are yours;
         shmvec never writes to them while anything references them, as SB3's algorithms require.
         They are lent from the ring without copying when a slot is free (a slot is reused only once
@@ -120,7 +123,7 @@ class ShmVecEnv(VecEnv):
         env_fns: Sequence[Callable[[], gym.Env]],
         start_method: str | None = None,
         *,
-        n_workers: int | None = None,
+        n_workers: int | str | None = None,
         copy: bool = True,
         n_slots: int | None = None,
         worker_threads: int | None = 1,

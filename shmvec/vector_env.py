@@ -23,6 +23,7 @@ from gymnasium.vector.utils import batch_space
 from shmvec.codecs import CodecSpec
 from shmvec.engine.core import Engine
 from shmvec.engine.options import Options
+from shmvec.frame_stack import ChannelsOrder
 from shmvec.layout import unflatten
 from shmvec.protocol import Command
 
@@ -68,8 +69,17 @@ class ShmVectorEnv(VectorEnv):
     Every other parameter means what it means for :class:`shmvec.ShmVecEnv` (``start_method``,
     ``n_workers``, ``copy``, ``n_slots``, ``worker_threads``, ``timeout`` in seconds, ``codec``,
     ``verify_every``, ``tolerance``, ``decode_threads``, ``on_crash``, ``max_restarts``,
-    ``restart_window`` in seconds, ``check_finite``, ``isolate_rng``, ``pause_openmp``), with the same
-    defaults. In restart mode a rebuilt env ends its episode with ``truncations[i] = True`` and the
+    ``restart_window`` in seconds, ``check_finite``, ``isolate_rng``, ``pause_openmp``,
+    ``frame_stack``, ``frame_stack_channels_order``), with the same defaults. ``n_workers="auto"``
+    chooses the count from a short probe of one env (see :mod:`shmvec.engine.autoworkers`); the
+    chosen count is :attr:`n_workers`.
+
+    ``frame_stack=K`` stacks each env's last K observations in its worker, by SB3's ``VecFrameStack``
+    rules (stack axis, zeros at the start of every episode): the results equal ``SyncVectorEnv`` over
+    the same envs each wrapped in :class:`shmvec.frame_stack.FrameStack`, in every autoreset mode;
+    ``final_obs`` (``SAME_STEP``) is the stack that ends with the terminal observation.
+
+    In restart mode a rebuilt env ends its episode with ``truncations[i] = True`` and the
     info keys ``shmvec.restarted`` / ``shmvec.restart_reason``; its observation in that step is the last one
     the agent saw (``NEXT_STEP``, ``DISABLED``) or its new episode's first (``SAME_STEP``, the last
     one in ``final_obs``).
@@ -81,7 +91,7 @@ class ShmVectorEnv(VectorEnv):
         *,
         autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
         start_method: str | None = None,
-        n_workers: int | None = None,
+        n_workers: int | str | None = None,
         copy: bool = True,
         n_slots: int | None = None,
         worker_threads: int | None = 1,
@@ -96,6 +106,8 @@ class ShmVectorEnv(VectorEnv):
         check_finite: bool = False,
         isolate_rng: bool = False,
         pause_openmp: bool = True,
+        frame_stack: int | None = None,
+        frame_stack_channels_order: ChannelsOrder = None,
     ) -> None:
         mode = to_autoreset_mode(autoreset_mode)
         self._engine: Engine | None = None
@@ -126,6 +138,16 @@ class ShmVectorEnv(VectorEnv):
     def n_restarts(self) -> int:
         """Worker restarts so far (restart mode)."""
         return self._eng.n_restarts
+
+    @property
+    def n_workers(self) -> int:
+        """The number of worker processes (the one chosen, for ``n_workers="auto"``)."""
+        return self._eng.n_workers
+
+    @property
+    def processes(self) -> list[Any]:
+        """The worker processes (``multiprocessing.Process``), in worker order."""
+        return self._eng.res.processes
 
     @property
     def _eng(self) -> Engine:

@@ -62,6 +62,8 @@ DOCUMENTED_MODULES = [
     "shmvec.frame_stack",
     "shmvec.openmp",
     "shmvec.bench.backends",
+    "shmvec.bench.envpool_backend",
+    "shmvec.engine.autoworkers",
     "shmvec.bench.report",
     "shmvec.bench.train",
 ]

@@ -4,10 +4,13 @@ Every backend is driven through the same four calls (``reset``, ``step_async``, 
 ``close``) plus a ``processes`` list (the worker processes, for CPU and memory accounting), so the
 runner times them all the same way.
 
-Backends: ``dummy`` (SB3 DummyVecEnv), ``subproc`` (SB3 SubprocVecEnv), ``shm`` (ShmVecEnv) and
-``async`` (gymnasium ``AsyncVectorEnv(shared_memory=True)`` behind a small adapter). Another backend
-(e.g. ``shm`` with an observation codec, once ShmVecEnv has one) is added with
-:func:`register_backend`; the CLI, runner and reports pick it up by name.
+Backends: ``dummy`` (SB3 DummyVecEnv), ``subproc`` (SB3 SubprocVecEnv), ``shm`` (ShmVecEnv),
+``async`` (gymnasium ``AsyncVectorEnv(shared_memory=True)``), ``sync`` (gymnasium ``SyncVectorEnv``),
+``shm-vector`` (:class:`shmvec.ShmVectorEnv`, the Gymnasium face), ``shm-auto`` (ShmVecEnv with
+``n_workers="auto"``, to compare with hand-picked ``shm`` counts) and ``envpool`` (EnvPool's C++
+Atari envs, for ALE ids only; see :mod:`shmvec.bench.envpool_backend`). The Gymnasium ones run
+behind :class:`GymVectorAdapter`. Another backend (e.g. ``shm`` with an observation codec) is added
+with :func:`register_backend`; the CLI, runner and reports pick it up by name.
 """
 
 from __future__ import annotations
@@ -46,52 +49,55 @@ class BenchVecEnv(Protocol):
 Builder = Callable[[list[Callable[[], gym.Env]], int | None, str], Any]
 
 
-class GymAsyncAdapter:
-    """gymnasium's ``AsyncVectorEnv(shared_memory=True)`` with SB3's VecEnv calling convention.
+class GymVectorAdapter:
+    """A gymnasium ``VectorEnv`` with SB3's VecEnv calling convention, for the runner.
 
-    Auto-reset happens in the same step (``AutoresetMode.SAME_STEP``), as in SB3, so the env work per
-    step is the same as for the other backends. Observations are returned as gymnasium returns them
-    (``copy=True``: a fresh array); rewards, dones and infos are converted only as far as the runner
-    needs (no per-env info dicts are built: that cost is left out for this backend).
+    The vector env must auto-reset in the same step (``AutoresetMode.SAME_STEP``), as SB3 does, so
+    the env work per step is the same as for the other backends. Observations are returned as the
+    vector env returns them; rewards, dones and infos are converted only as far as the runner needs
+    (no per-env info dicts are built: that cost is left out for these backends).
+
+    :param env: the vector env (its ``step_async``/``step_wait`` are used where it has them).
+    :param processes: its worker processes, in env order, for CPU and memory accounting (default
+        none: the envs run in this process).
     """
 
-    def __init__(self, env_fns: list[Callable[[], gym.Env]], start_method: str) -> None:
-        from gymnasium.vector import AsyncVectorEnv, AutoresetMode
-
-        self._env = AsyncVectorEnv(
-            env_fns, shared_memory=True, context=start_method, autoreset_mode=AutoresetMode.SAME_STEP
-        )
-        self.num_envs = self._env.num_envs
-        self.observation_space = self._env.single_observation_space
-        self.action_space = self._env.single_action_space
+    def __init__(self, env: Any, processes: list[Any] | None = None) -> None:
+        self._env = env
+        self.num_envs = env.num_envs
+        self.observation_space = env.single_observation_space
+        self.action_space = env.single_action_space
+        self.processes = list(processes or [])
         self._seed: int | None = None
-
-    @property
-    def processes(self) -> list[Any]:
-        """The worker processes, in env order."""
-        return list(self._env.processes)
+        self._actions: Any = None
 
     def seed(self, seed: int | None = None) -> None:
         """Seed for the next :meth:`reset` (gymnasium gives env ``i`` the seed ``seed + i``)."""
         self._seed = seed
 
-    def reset(self) -> np.ndarray:
+    def reset(self) -> Any:
         """Reset every env (with the pending seed, once); return the batch of observations."""
         obs, _ = self._env.reset(seed=self._seed)
         self._seed = None
         return obs
 
     def step_async(self, actions: np.ndarray) -> None:
-        """Send the actions to gymnasium's workers."""
-        self._env.step_async(actions)
+        """Send the actions (vector envs without ``step_async`` step in :meth:`step_wait`)."""
+        if hasattr(self._env, "step_async"):
+            self._env.step_async(actions)
+        else:
+            self._actions = actions
 
-    def step_wait(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict]:
+    def step_wait(self) -> tuple[Any, np.ndarray, np.ndarray, dict]:
         """Wait for the step; rewards as float32 and ``dones = terminated | truncated``, as SB3."""
-        obs, rewards, terminated, truncated, infos = self._env.step_wait()
+        if hasattr(self._env, "step_async"):
+            obs, rewards, terminated, truncated, infos = self._env.step_wait()
+        else:
+            obs, rewards, terminated, truncated, infos = self._env.step(self._actions)
         return obs, rewards.astype(np.float32), terminated | truncated, infos
 
     def close(self) -> None:
-        """Close gymnasium's workers."""
+        """Close the vector env and its workers."""
         self._env.close()
 
 
@@ -115,13 +121,52 @@ def _shm(env_fns: list[Callable[[], gym.Env]], n_workers: int | None, start_meth
     return ShmVecEnv(env_fns, start_method=start_method, n_workers=n_workers)
 
 
+def _shm_auto(env_fns: list[Callable[[], gym.Env]], n_workers: int | None, start_method: str) -> Any:
+    from shmvec.vec_env import ShmVecEnv
+
+    return ShmVecEnv(env_fns, start_method=start_method, n_workers="auto")
+
+
 def _async(env_fns: list[Callable[[], gym.Env]], n_workers: int | None, start_method: str) -> Any:
-    return GymAsyncAdapter(env_fns, start_method)
+    from gymnasium.vector import AsyncVectorEnv, AutoresetMode
+
+    env = AsyncVectorEnv(
+        env_fns, shared_memory=True, context=start_method, autoreset_mode=AutoresetMode.SAME_STEP
+    )
+    return GymVectorAdapter(env, list(env.processes))
 
 
-_BUILDERS: dict[str, Builder] = {"dummy": _dummy, "subproc": _subproc, "shm": _shm, "async": _async}
+def _sync(env_fns: list[Callable[[], gym.Env]], n_workers: int | None, start_method: str) -> Any:
+    from gymnasium.vector import AutoresetMode, SyncVectorEnv
+
+    return GymVectorAdapter(SyncVectorEnv(env_fns, autoreset_mode=AutoresetMode.SAME_STEP))
+
+
+def _shm_vector(env_fns: list[Callable[[], gym.Env]], n_workers: int | None, start_method: str) -> Any:
+    from shmvec.vector_env import ShmVectorEnv
+
+    env = ShmVectorEnv(env_fns, autoreset_mode="same_step", start_method=start_method, n_workers=n_workers)
+    return GymVectorAdapter(env, env.processes)
+
+
+def _envpool(env_fns: list[Callable[[], gym.Env]], n_workers: int | None, start_method: str) -> Any:
+    from shmvec.bench.envpool_backend import make_envpool
+
+    return make_envpool(env_fns)
+
+
+_BUILDERS: dict[str, Builder] = {
+    "dummy": _dummy,
+    "subproc": _subproc,
+    "shm": _shm,
+    "async": _async,
+    "sync": _sync,
+    "shm-vector": _shm_vector,
+    "envpool": _envpool,
+    "shm-auto": _shm_auto,
+}
 # Backends whose worker count can be chosen (the others have one worker per env, or none).
-_TAKES_WORKERS: set[str] = {"shm"}
+_TAKES_WORKERS: set[str] = {"shm", "shm-vector"}
 
 
 def register_backend(name: str, builder: Builder, takes_workers: bool = False) -> None:

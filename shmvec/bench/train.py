@@ -25,8 +25,8 @@ from shmvec.bench.policy import algo_class, parse_policy
 
 # Backends that must train identically to DummyVecEnv for the same seed.
 EQUIVALENT = ("dummy", "shm")
-# The async adapter is not an SB3 VecEnv: SB3 cannot train on it.
-_NOT_TRAINABLE = ("async",)
+# The gymnasium adapters are not SB3 VecEnvs: SB3 cannot train on them.
+_NOT_TRAINABLE = ("async", "sync", "shm-vector", "envpool")
 
 
 @dataclass

@@ -17,6 +17,7 @@ import numpy as np
 from gymnasium import spaces
 
 from shmvec._start_methods import exit_if_reimported_main
+from shmvec.engine.autoworkers import resolve_auto
 from shmvec.engine.batch import StepBatch
 from shmvec.engine.failures import add_note, env_error
 from shmvec.engine.options import Options, context
@@ -65,8 +66,8 @@ class Engine:
             raise ValueError(f"{owner} needs at least one env factory")
         if not all(callable(fn) for fn in env_fns):
             raise TypeError("env_fns must be callables that each create an env (e.g. lambda: gym.make(id))")
-        opts = (options or Options()).checked(n_envs)
-        assert opts.n_workers is not None and opts.n_slots is not None
+        opts = resolve_auto(options or Options(), env_fns, start_method).checked(n_envs)
+        assert isinstance(opts.n_workers, int) and opts.n_slots is not None
         env_fns = opts.env_fns(env_fns)
         self._openmp = OpenMPPauser() if opts.pause_openmp else None
         self.start_method, ctx = context(start_method)

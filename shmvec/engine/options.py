@@ -29,7 +29,7 @@ class Options:
     episode ends is reset in the same step), ``"next_step"`` (reset in place of its next step) or
     ``"disabled"`` (the caller resets it)."""
 
-    n_workers: int | None = None
+    n_workers: int | str | None = None  # "auto": resolved by shmvec.engine.autoworkers first
     copy: bool = True
     n_slots: int | None = None
     worker_threads: int | None = 1
@@ -60,6 +60,10 @@ class Options:
 
         :raises ValueError: naming the option that is out of range.
         """
+        if isinstance(self.n_workers, str):
+            raise ValueError(
+                f"n_workers={self.n_workers!r} must be resolved first (autoworkers.resolve_auto)"
+            )
         n_workers = min(n_envs, usable_cpus()) if self.n_workers is None else self.n_workers
         if not 1 <= n_workers <= n_envs:
             raise ValueError(f"n_workers must be between 1 and n_envs={n_envs}, got {n_workers}")

@@ -1,0 +1,154 @@
+"""``n_workers="auto"``: choose the number of worker processes from what one env measures.
+
+Why a probe: the best worker count depends on how much of an env's step is computation and how
+much is waiting (a simulator behind a socket, I/O, ``time.sleep``). A worker steps its envs one after
+the other, so envs that mostly wait want one worker each (their waits then overlap), while envs that
+compute want one worker per usable CPU (more only adds switching). Changing the count later would
+mean restarting every worker with another split of the envs, losing their state mid-episode; so the
+count is decided once, before the real workers start.
+
+How: one throwaway worker builds one env (``env_fns[0]``, with the same options: frame stacking,
+worker threads, RNG isolation), resets it and steps it with random actions (the action space's own
+sampler, seeded 0) for :data:`PROBE_SECONDS` (at least :data:`PROBE_MIN_STEPS` steps). From the
+kernel's per-thread scheduler counters (``/proc/<pid>/task/*/schedstat``) it takes the worker's CPU
+time and the time it spent queued for a CPU, and from the main process the wall time of those steps
+(minus the main process's own queueing). The env's *busy fraction* ``f`` is CPU time over the
+wall time that was not spent queueing, so a machine that is busy with other work does not make a
+computing env look like a waiting one. Then, with ``c`` usable CPUs and ``n`` envs:
+
+- ``f >= CPU_BOUND`` (0.75; below 1 because the probe's own round trips count as not busy): the env
+  computes: ``min(n, c)`` workers, one per usable CPU;
+- otherwise ``c`` CPUs keep about ``c / f`` such envs busy at once:
+  ``min(n, max(c, ceil(c / f)))`` workers, up to one per env.
+
+The probe is skipped, and the count is ``min(n, c)``, where no other count could be chosen
+(``n <= c``) and where the kernel counters cannot be read (not Linux). The probe env is closed and
+thrown away, and its worker stopped: the envs the caller gets are fresh, so results are the same as
+with any fixed ``n_workers``. It costs one extra worker start and ``PROBE_SECONDS`` of stepping (and
+one extra env built: an env with side effects sees one more instance).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+import gymnasium as gym
+
+from shmvec.engine.pool import usable_cpus
+
+if TYPE_CHECKING:
+    from shmvec.engine.options import Options
+
+# Seconds of stepping the probe measures (after a reset and one warm-up step).
+PROBE_SECONDS = 0.3
+PROBE_MIN_STEPS = 3
+# A busy fraction at or above this is a computing env: one worker per usable CPU.
+CPU_BOUND = 0.75
+
+
+@dataclass(frozen=True)
+class Probe:
+    """What the probe measured over ``steps`` steps of one env in one worker (seconds)."""
+
+    steps: int
+    wall_s: float  # main process, step_async to step_wait, minus its own time queued for a CPU
+    cpu_s: float  # the worker's CPU time (all its threads)
+    queued_s: float  # the worker's time waiting for a CPU
+
+    @property
+    def busy_fraction(self) -> float:
+        """CPU time over the wall time not spent queueing, in [0, 1]."""
+        free = self.wall_s - self.queued_s
+        return 1.0 if free <= 0 else min(1.0, self.cpu_s / free)
+
+
+def choose_workers(n_envs: int, cpus: int, busy_fraction: float) -> int:
+    """The worker count for ``n_envs`` envs of this busy fraction on ``cpus`` usable CPUs (see the
+    module docstring)."""
+    base = min(n_envs, cpus)
+    if busy_fraction >= CPU_BOUND:
+        return base
+    return min(n_envs, max(base, math.ceil(cpus / max(busy_fraction, 1e-3))))
+
+
+def _schedstat(pid: int | None) -> tuple[float, float] | None:
+    """(CPU seconds, seconds queued for a CPU) summed over the threads of ``pid`` (None: this
+    thread only), or None where the kernel does not report them."""
+    paths = (
+        ["/proc/thread-self/schedstat"]
+        if pid is None
+        else [f"/proc/{pid}/task/{tid}/schedstat" for tid in os.listdir(f"/proc/{pid}/task")]
+    )
+    cpu = queued = 0
+    try:
+        for path in paths:
+            with open(path) as f:
+                fields = f.read().split()
+            cpu += int(fields[0])
+            queued += int(fields[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return cpu / 1e9, queued / 1e9
+
+
+def probe(
+    env_fns: Sequence[Callable[[], gym.Env]], start_method: str | None, options: Options
+) -> Probe | None:
+    """Step ``env_fns[0]`` alone in one throwaway worker and measure it; None where the kernel's
+    scheduler counters cannot be read."""
+    if _schedstat(None) is None:
+        return None
+    from shmvec.engine.core import Engine  # here: core resolves "auto" through this module
+
+    one = replace(
+        options, n_workers=1, codec=None, n_slots=None, copy=True, on_crash="raise", check_finite=False
+    )
+    engine = Engine([env_fns[0]], start_method, one, owner="n_workers='auto' probe")
+    try:
+        pid = engine.res.processes[0].pid
+        space = engine.action_space
+        space.seed(0)
+        engine.reset([None], [None])
+        engine.step_async([space.sample()])
+        engine.step_wait()  # warm-up: first steps touch fresh pages
+        worker0, main0 = _schedstat(pid), _schedstat(None)
+        steps, start = 0, time.perf_counter()
+        while True:
+            engine.step_async([space.sample()])
+            engine.step_wait()
+            steps += 1
+            wall = time.perf_counter() - start
+            if wall >= PROBE_SECONDS and steps >= PROBE_MIN_STEPS:
+                break
+        worker1, main1 = _schedstat(pid), _schedstat(None)
+    finally:
+        engine.close()
+    if worker0 is None or worker1 is None or main0 is None or main1 is None:
+        return None
+    main_queued = main1[1] - main0[1]
+    return Probe(steps, wall - main_queued, worker1[0] - worker0[0], worker1[1] - worker0[1])
+
+
+def resolve_auto(
+    options: Options, env_fns: Sequence[Callable[[], gym.Env]], start_method: str | None
+) -> Options:
+    """``options`` with ``n_workers="auto"`` replaced by the chosen count (unchanged otherwise).
+
+    :raises ValueError: for a string other than ``"auto"``.
+    """
+    n_workers = options.n_workers
+    if not isinstance(n_workers, str):
+        return options
+    if n_workers != "auto":
+        raise ValueError(f"n_workers must be a whole number, None or 'auto', got {n_workers!r}")
+    n_envs, cpus = len(env_fns), usable_cpus()
+    if n_envs <= cpus:  # no other count is possible: one worker per env
+        return replace(options, n_workers=max(n_envs, 1))
+    measured = probe(env_fns, start_method, options)
+    chosen = min(n_envs, cpus) if measured is None else choose_workers(n_envs, cpus, measured.busy_fraction)
+    return replace(options, n_workers=chosen)
