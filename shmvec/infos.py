@@ -89,7 +89,7 @@ def declared(info_keys: Mapping[str, Any]) -> InfoSchema | None:
 
 def _leading(info: dict[str, Any]) -> list[tuple[str, type]]:
     """The leading (key, type) pairs of ``info`` whose values could travel in a column."""
-    out = []
+    out: list[tuple[str, type]] = []
     for key, value in info.items():
         kind = type(value)
         if not isinstance(key, str) or not _supported(kind) or len(out) == MAX_COLUMNS:
@@ -151,7 +151,8 @@ class InfoColumns:
         if len(info) < n:
             self.mask[slot, i] = 0
             return info
-        values = []
+        values: list[Any] = []
+        value: Any
         for (key, value), want_key, want_type in zip(info.items(), keys, types):
             if key != want_key or type(value) is not want_type:
                 self.mask[slot, i] = 0
