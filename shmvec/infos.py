@@ -152,12 +152,11 @@ class InfoColumns:
             self.mask[slot, i] = 0
             return info
         values: list[Any] = []
-        value: Any
         for (key, value), want_key, want_type in zip(info.items(), keys, types):
             if key != want_key or type(value) is not want_type:
                 self.mask[slot, i] = 0
                 return info
-            if want_type is int and not _INT64_MIN <= value <= _INT64_MAX:
+            if want_type is int and not _INT64_MIN <= value <= _INT64_MAX:  # type: ignore[operator]
                 self.mask[slot, i] = 0
                 return info
             values.append(value)
