@@ -16,12 +16,13 @@ step only. The worker marks per env and step which way its info went.
 
 The schema is declared (``info_keys={"lives": int}``, keys in the order the env puts them in its
 info) or, by default, learned by the engine from the first step whose infos are not all empty: the
-longest run of leading keys with supported values that every non-empty info of that step shares.
+most common run of leading keys with supported values among that step's infos.
 """
 
 from __future__ import annotations
 
 import struct
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import islice
@@ -116,23 +117,16 @@ def _leading(info: dict[str, Any]) -> list[tuple[str, type]]:
 
 
 def learn(infos: Sequence[dict[str, Any]]) -> InfoSchema | None:
-    """The schema of one step's non-empty infos: the leading typed keys they all share (None: none,
-    or every info empty)."""
-    common: list[tuple[str, type]] | None = None
-    for info in infos:
-        if not info:
-            continue
-        lead = _leading(info)
-        if common is None:
-            common = lead
-        else:
-            n = 0
-            while n < min(len(common), len(lead)) and common[n] == lead[n]:
-                n += 1
-            del common[n:]
-    if not common:
+    """The schema of one step's non-empty infos: the most common run of leading typed keys among
+    them (the first seen on a tie); None when there is none, or every info is empty. Infos that do
+    not match it later simply take the pipe."""
+    runs = Counter(tuple(_leading(info)) for info in infos if info)
+    if not runs:
         return None
-    return InfoSchema(tuple(k for k, _ in common), tuple(t for _, t in common))
+    best = runs.most_common(1)[0][0]
+    if not best:
+        return None
+    return InfoSchema(tuple(k for k, _ in best), tuple(t for _, t in best))
 
 
 class InfoColumns:
