@@ -150,6 +150,8 @@ class InfoColumns:
         self.words = memoryview(words).cast("B")  # type: ignore[arg-type]
         self.flags = memoryview(mask).cast("B")  # type: ignore[arg-type]
         self.make = _dict_maker(schema)
+        self.cleared = bytes(self.n_envs)
+        self.last = self.cleared  # the flags of the slot read last (for tests and diagnostics)
 
     # ------------------------------------------------------------------ worker side
 
@@ -183,11 +185,15 @@ class InfoColumns:
         schema keys first, then what came through the pipe for them (``infos``, updated in place)."""
         first = slot * self.n_envs
         flags = self.flags[first : first + self.n_envs]
-        if not any(flags):
+        self.last = row = bytes(flags)
+        if not any(row):
             return
+        # Consumed: a flag is good for one write only, so a worker without the schema (one being
+        # rebuilt) can never leave a stale 1 that makes old values look like this step's.
+        flags[:] = self.cleared
         wanted = None if sum(len(g) for g in envs) == self.n_envs else {i for g in envs for i in g}
         make, unpack, words = self.make, self.record.unpack_from, self.words
-        for i, flag in enumerate(flags):
+        for i, flag in enumerate(row):
             if not flag or (wanted is not None and i not in wanted):
                 continue
             info = make(unpack(words, (first + i) * _ROW))

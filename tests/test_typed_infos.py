@@ -40,10 +40,11 @@ def assert_info_identical(got: dict, want: dict, where: str) -> None:
 
 
 def typed_flags(venv: ShmVecEnv) -> np.ndarray:
-    """The ring's flags of the batch just returned: 1 where an env's info came through the columns."""
-    areas = venv._eng.ring.info_words
-    assert areas is not None
-    return areas[1][venv._eng.slots.current].copy()
+    """Per env, whether its info in the batch just returned came through the typed columns."""
+    columns = venv._eng.typed_infos.columns
+    if columns is None:
+        return np.zeros(venv.num_envs, bool)
+    return np.frombuffer(columns.last, np.uint8).astype(bool)
 
 
 def run_against_dummy(fn, n_envs: int = 4, steps: int = 40, seed: int = 5, **kwargs) -> np.ndarray:
@@ -67,7 +68,7 @@ def run_against_dummy(fn, n_envs: int = 4, steps: int = 40, seed: int = 5, **kwa
             np.testing.assert_array_equal(dones, w_dones)
             for i, (got, want) in enumerate(zip(infos, w_infos)):
                 assert_info_identical(got, want, f"step {t} infos[{i}]")
-            flags.append(typed_flags(venv) if venv._eng.ring.info_words is not None else np.zeros(n_envs))
+            flags.append(typed_flags(venv))
     finally:
         venv.close()
         ref.close()
