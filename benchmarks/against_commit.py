@@ -19,7 +19,7 @@ import subprocess
 import sys
 import time
 
-WORKLOADS = ("pong", "synth512")
+WORKLOADS = ("pong", "synth512", "pong-delta")  # pong-delta: Pong with codec="delta"
 
 
 def window(workload: str, seconds: float) -> dict[str, float | str]:
@@ -31,7 +31,7 @@ def window(workload: str, seconds: float) -> dict[str, float | str]:
     import shmvec
     from shmvec import ShmVecEnv
 
-    if workload == "pong":
+    if workload.startswith("pong"):
         import ale_py
         import gymnasium as gym
 
@@ -41,7 +41,8 @@ def window(workload: str, seconds: float) -> dict[str, float | str]:
         from shmvec.synthetic import SyntheticImageEnv
 
         fn = functools.partial(SyntheticImageEnv, (512, 512, 3), work_s=0.0)
-    venv = ShmVecEnv([fn] * 8, start_method="fork")
+    codec = "delta" if workload == "pong-delta" else None
+    venv = ShmVecEnv([fn] * 8, start_method="fork", codec=codec)
     try:
         venv.seed(0)
         venv.reset()
@@ -66,6 +67,7 @@ def main() -> None:
     parser.add_argument("--old", required=True, help="a checkout of the other commit (git worktree)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--seconds", type=float, default=3.0, help="measured seconds per window")
+    parser.add_argument("--workloads", nargs="+", choices=WORKLOADS, default=["pong", "synth512"])
     parser.add_argument("--window", choices=WORKLOADS, help=argparse.SUPPRESS)  # internal: one window
     args = parser.parse_args()
     if args.window:
@@ -73,7 +75,7 @@ def main() -> None:
         return
     runs: dict[tuple[str, str], list[dict]] = {}
     for _ in range(args.rounds):
-        for workload in WORKLOADS:
+        for workload in args.workloads:
             for side, path in (("old", args.old), ("new", None)):
                 env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
                 if path is not None:
@@ -85,7 +87,7 @@ def main() -> None:
                 if out.returncode != 0:
                     raise SystemExit(f"{side} {workload} failed:\n{out.stderr}")
                 runs.setdefault((workload, side), []).append(json.loads(out.stdout.strip().splitlines()[-1]))
-    for workload in WORKLOADS:
+    for workload in args.workloads:
         old, new = runs[(workload, "old")], runs[(workload, "new")]
         med = {s: statistics.median(r["steps_per_s"] for r in rs) for s, rs in (("old", old), ("new", new))}
         cpu = {s: statistics.median(r["main_cpu_ms"] for r in rs) for s, rs in (("old", old), ("new", new))}

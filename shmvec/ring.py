@@ -11,6 +11,8 @@ field           shape                                written by
 ``terminated``  ``(n_slots, n_envs)`` bool            workers
 ``truncated``   ``(n_slots, n_envs)`` bool            workers
 ``actions``     ``(n_envs, *action_shape)``           main, when the action space is array-shaped
+``infowords``   ``(n_slots, n_envs, 8)`` uint64       workers: typed info values (see shmvec.infos)
+``infomask``    ``(n_slots, n_envs)`` uint8           workers: 1 where the info's values are typed
 ==============  ===================================  =========================================
 
 A leaf with a codec (``ShmVecEnv(codec=...)``) has no ``obs<j>``/``final<j>``; instead, for the
@@ -57,6 +59,7 @@ _SHM_DIR = "/dev/shm"
 # Field names live here only: everyone else asks the Ring for its arrays by meaning.
 _REWARDS, _TERMINATED, _TRUNCATED, _ACTIONS = "rewards", "terminated", "truncated", "actions"
 _ENCODED_PARTS = ("enc", "len", "crc", "sample")
+_INFO_WORDS, _INFO_MASK = "infowords", "infomask"
 
 
 def _obs_field(j: int) -> str:
@@ -102,10 +105,12 @@ def plan_fields(
     n_slots: int,
     action_leaf: Leaf | None,
     codecs: Sequence[Codec | None] | None = None,
+    info_columns: int = 0,
 ) -> tuple[list[tuple[str, tuple[int, ...], np.dtype]], int]:
     """The ring's fields and the segment size in bytes, before anything is allocated.
 
     :param codecs: one codec (or None: raw arrays) per observation leaf; None for no codec at all.
+    :param info_columns: 8-byte typed info values per env and slot (0: no info fields).
     """
     wanted: list[tuple[str, tuple[int, ...], np.dtype]] = []
     for j, leaf in enumerate(obs_leaves):
@@ -127,6 +132,9 @@ def plan_fields(
     wanted.append((_TRUNCATED, (n_slots, n_envs), np.dtype(bool)))
     if action_leaf is not None:
         wanted.append((_ACTIONS, (n_envs, *action_leaf.shape), action_leaf.dtype))
+    if info_columns:
+        wanted.append((_INFO_WORDS, (n_slots, n_envs, info_columns), np.dtype(np.uint64)))
+        wanted.append((_INFO_MASK, (n_slots, n_envs), np.dtype(np.uint8)))
     size = 0
     for _, shape, dtype in wanted:
         size = _aligned(size) + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
@@ -195,9 +203,10 @@ class Ring:
         n_slots: int,
         action_leaf: Leaf | None,
         codecs: Sequence[Codec | None] | None = None,
+        info_columns: int = 0,
     ) -> Ring:
         """Allocate a zeroed segment for ``n_envs`` envs and ``n_slots`` slots (main process)."""
-        wanted, size = plan_fields(obs_leaves, n_envs, n_slots, action_leaf, codecs)
+        wanted, size = plan_fields(obs_leaves, n_envs, n_slots, action_leaf, codecs, info_columns)
         check_free_space(size)
         shm = shared_memory.SharedMemory(create=True, size=size, name=segment_name())
         fields, offset = [], 0
@@ -251,6 +260,13 @@ class Ring:
     def actions(self) -> np.ndarray | None:
         """``(n_envs, *action_shape)`` typed action buffer, or None for actions sent by pipe."""
         return self.views.get(_ACTIONS)
+
+    @property
+    def info_words(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """The typed info areas: ``(n_slots, n_envs, columns)`` uint64 values and ``(n_slots, n_envs)``
+        uint8 flags (see :mod:`shmvec.infos`), or None when the ring has none."""
+        words, mask = self.views.get(_INFO_WORDS), self.views.get(_INFO_MASK)
+        return None if words is None or mask is None else (words, mask)
 
     def lend_obs(self, leaf_index: int, slot: int) -> np.ndarray:
         """A new array object over observation leaf ``leaf_index`` of ``slot``, for handing out.

@@ -8,7 +8,7 @@ used once, rewards in ``reward_dtype``.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
 
@@ -116,6 +116,15 @@ class ShmVecEnv(VecEnv):
     :param frame_stack_channels_order: as ``VecFrameStack``'s ``channels_order``: ``"first"``,
         ``"last"``, None (default: channels first only for images whose smallest dimension is the
         first), or a mapping from Dict key to one of those.
+    :param info_keys: which info values travel as typed columns of the shared-memory ring instead of
+        being pickled through the pipe; the info dicts you get are the same either way (keys, order,
+        Python or numpy types, values). ``"auto"`` (default): learned from the first step, the leading
+        keys whose values are ``int``, ``float``, ``bool`` or numpy scalars in every env's info (ALE's
+        ``lives``, ``episode_frame_number``, ``frame_number``). A mapping such as
+        ``{"lives": int, "frame_number": np.int32}`` declares them instead (keys in the order the env
+        puts them in its info; at most 8). None: every info through the pipe. An info that does not
+        match (a key missing or of another type) goes whole through the pipe for that step: never an
+        error, never lost. See :mod:`shmvec.infos`.
     """
 
     def __init__(
@@ -141,6 +150,7 @@ class ShmVecEnv(VecEnv):
         pause_openmp: bool = True,
         frame_stack: int | None = None,
         frame_stack_channels_order: ChannelsOrder = None,
+        info_keys: str | Mapping[str, type] | None = "auto",
     ) -> None:
         self._engine: Engine | None = None
         options = Options.pick(locals())

@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy as copy_module
 import functools
 import importlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
@@ -70,9 +70,9 @@ class ShmVectorEnv(VectorEnv):
     ``n_workers``, ``copy``, ``n_slots``, ``worker_threads``, ``timeout`` in seconds, ``codec``,
     ``verify_every``, ``tolerance``, ``decode_threads``, ``on_crash``, ``max_restarts``,
     ``restart_window`` in seconds, ``check_finite``, ``isolate_rng``, ``pause_openmp``,
-    ``frame_stack``, ``frame_stack_channels_order``), with the same defaults. ``n_workers="auto"``
-    chooses the count from a short probe of one env (see :mod:`shmvec.engine.autoworkers`); the
-    chosen count is :attr:`n_workers`.
+    ``frame_stack``, ``frame_stack_channels_order``, ``info_keys``), with the same defaults.
+    ``n_workers="auto"`` chooses the count from a short probe of one env (see
+    :mod:`shmvec.engine.autoworkers`); the chosen count is :attr:`n_workers`.
 
     ``frame_stack=K`` stacks each env's last K observations in its worker, by SB3's ``VecFrameStack``
     rules (stack axis, zeros at the start of every episode): the results equal ``SyncVectorEnv`` over
@@ -108,6 +108,7 @@ class ShmVectorEnv(VectorEnv):
         pause_openmp: bool = True,
         frame_stack: int | None = None,
         frame_stack_channels_order: ChannelsOrder = None,
+        info_keys: str | Mapping[str, type] | None = "auto",
     ) -> None:
         mode = to_autoreset_mode(autoreset_mode)
         self._engine: Engine | None = None

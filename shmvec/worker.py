@@ -25,6 +25,7 @@ import numpy as np
 
 from shmvec.envapi import check_reset, check_step, has_wrapper_attr, is_wrapped, make_env, unpicklable
 from shmvec.errors import ObservationError
+from shmvec.infos import InfoColumns
 from shmvec.layout import Leaf, check_finite, flatten, inf_allowed, leaves, write_leaf
 from shmvec.process import GlobalRngs, enable_faulthandler, exit_with_parent, limit_threads
 from shmvec.protocol import READY, Command, RemoteError
@@ -59,6 +60,7 @@ class _Worker:
         self.autoreset = "same_step"
         self.ended = [False] * len(envs)  # envs whose next step is a reset (next_step mode, rebuilt)
         self.next_seeds: list[int | None] = [None] * len(envs)  # seeds of those resets
+        self.infos: InfoColumns | None = None  # typed info columns, once the engine sends a schema
 
     def attach(self, payload: tuple[RingSpec, tuple[Codec | None, ...] | None, int]) -> None:
         """Map the ring. ``payload``: the ring spec, the codec of each leaf (None: no codec at all)
@@ -91,8 +93,9 @@ class _Worker:
 
     def configure(self, payload: dict[str, Any]) -> None:
         """Options sent after ``attach``: ``check_finite`` (bool), ``autoreset`` (mode name),
-        ``reset_seeds`` (one per env: reset every env, with that seed, in place of its next step) and
-        ``key_frames`` (every env's next encoded frame is a key frame)."""
+        ``reset_seeds`` (one per env: reset every env, with that seed, in place of its next step),
+        ``key_frames`` (every env's next encoded frame is a key frame) and ``info_schema`` (an
+        :class:`~shmvec.infos.InfoSchema`: write those info values into the ring's typed columns)."""
         if payload.get("check_finite"):
             self.finite_rules = inf_allowed(self.space)
         self.autoreset = payload.get("autoreset", self.autoreset)
@@ -100,6 +103,9 @@ class _Worker:
             for encoder in self.encoders:
                 for i in range(len(self.envs)):
                     encoder.restart(i)
+        schema = payload.get("info_schema")
+        if schema is not None and self.ring is not None and self.ring.info_words is not None:
+            self.infos = InfoColumns(schema, *self.ring.info_words)
         seeds = payload.get("reset_seeds")
         if seeds is not None:
             self.ended = [True] * len(self.envs)
@@ -125,6 +131,7 @@ class _Worker:
         same_step = self.autoreset == "same_step"
         ended = self.ended
         rngs = self.rngs
+        typed = self.infos
         replies = []
         for i, env in enumerate(self.envs):
             self.current = i
@@ -161,6 +168,8 @@ class _Worker:
             rewards[i] = reward
             terminated[i] = term
             truncated[i] = trunc
+            if typed is not None:
+                info = typed.put(slot, self.first_env + i, info)
             if info or reset_info is not None:
                 replies.append((i, info, reset_info))
         self.current = None

@@ -52,6 +52,8 @@ DOCUMENTED_MODULES = [
     "shmvec.codecs.byte",
     "shmvec.codecs.delta",
     "shmvec.codecs.image",
+    "shmvec.codecs.native",
+    "shmvec.infos",
     "shmvec.fidelity",
     "shmvec.synthetic",
     "shmvec.bench.runner",

@@ -25,6 +25,7 @@ from shmvec.engine.pool import Outcome, WorkerPool, by_worker, split_envs
 from shmvec.engine.reader import Reader
 from shmvec.engine.slots import Slots
 from shmvec.engine.supervisor import Supervisor
+from shmvec.engine.typed_infos import TypedInfos, columns_for
 from shmvec.errors import ClosedError, EnvTimeoutError
 from shmvec.layout import Leaf, array_action_leaf, leaves
 from shmvec.openmp import OpenMPPauser
@@ -97,7 +98,10 @@ class Engine:
             self.obs_leaves: list[Leaf] = leaves(self.observation_space)
             codecs = opts.leaf_codecs(self.obs_leaves)
             action_leaf = array_action_leaf(self.action_space)
-            ring = self.res.ring = Ring.create(self.obs_leaves, n_envs, opts.n_slots, action_leaf, codecs)
+            ring = self.res.ring = Ring.create(
+                self.obs_leaves, n_envs, opts.n_slots, action_leaf, codecs, columns_for(opts.info_keys)
+            )
+            self.typed_infos = TypedInfos(opts.info_keys, ring)
             self.closed = False
             self._attach_payload = (ring.spec, codecs, opts.verify_every)
             self._attach(range(self.n_workers))
@@ -136,7 +140,7 @@ class Engine:
     def _attach(self, workers: Sequence[int]) -> None:
         """Map the ring in ``workers`` and send them their options."""
         self.call_workers(Command.ATTACH, [self._attach_payload] * len(workers), workers)
-        options = self.options.worker_options()
+        options = {**self.options.worker_options(), **self.typed_infos.worker_options()}
         if options:
             self.call_workers(Command.CONFIGURE, [options] * len(workers), workers, "attach")
 
@@ -336,13 +340,21 @@ class Engine:
         self.waiting = False
         infos: dict[int, dict[str, Any]] = {}
         reset_infos: dict[int, dict[str, Any]] = {}
+        replied: list[range] = []
         for w, reply in zip(self._stepping, outcome.results):
             first = self.worker_envs[w].start
+            if reply is not None:
+                replied.append(self.worker_envs[w])
             for i, info, reset_info in reply or ():
                 if info:
                     infos[first + i] = info
                 if reset_info is not None:
                     reset_infos[first + i] = reset_info
+        schema = self.typed_infos.read(slot, replied, infos)
+        if schema:
+            # Learned from this step's infos: once for every worker. A worker that cannot take it
+            # keeps sending whole infos, and its death shows at the next step as usual.
+            self.pool.call(Command.CONFIGURE, [schema] * self.n_workers, range(self.n_workers), "step", False)
         rewards, terminated, truncated = (
             self.ring.rewards[slot],
             self.ring.terminated[slot],

@@ -47,6 +47,7 @@ class Options:
     pause_openmp: bool = True
     frame_stack: int | None = None
     frame_stack_channels_order: ChannelsOrder = None
+    info_keys: Any = "auto"
 
     @classmethod
     def pick(cls, values: dict[str, Any], **overrides: Any) -> Options:
@@ -89,6 +90,9 @@ class Options:
         fs = self.frame_stack
         if fs is not None and (isinstance(fs, bool) or not isinstance(fs, int) or fs < 1):
             raise ValueError(f"frame_stack must be a whole number >= 1 or None, got {fs!r}")
+        from shmvec.engine.typed_infos import columns_for
+
+        columns_for(self.info_keys)  # checks the option
         return replace(self, n_workers=n_workers, n_slots=n_slots)
 
     def env_fns(self, env_fns: list[Callable[[], gym.Env]]) -> list[Callable[[], gym.Env]]:

@@ -15,6 +15,7 @@ codecs release the GIL.
 
 from __future__ import annotations
 
+import mmap
 import warnings
 import zlib
 from collections.abc import Sequence
@@ -49,11 +50,21 @@ class _Decoded:
         if self.kept is not None:
             self.readonly = self.kept.view()
             self.readonly.flags.writeable = False
+        # copy=True decodes into slots of a mapping of our own, lent like the ring's (see
+        # Ring.lend_obs): no allocation per batch, and the lending rules of raw leaves apply.
+        self.shape = (n_envs, *leaf.shape)
+        self.slot_bytes = n_envs * leaf.nbytes
+        self.mm = mmap.mmap(-1, max(1, n_slots * self.slot_bytes)) if copy else None
 
-    def output(self, slot: int) -> tuple[np.ndarray, np.ndarray]:
-        """The array to decode this batch into, and the one to return (read-only if kept)."""
+    def lend(self, slot: int) -> np.ndarray:
+        """A new array over decoded slot ``slot`` (copy=True), whose views all reference it."""
+        return np.ndarray(self.shape, self.leaf.dtype, buffer=self.mm, offset=slot * self.slot_bytes)
+
+    def output(self, slot: int, lend: bool) -> tuple[np.ndarray, np.ndarray]:
+        """The array to decode this batch into, and the one to return (read-only if kept; lent from
+        ``slot`` if ``lend``, else the caller's own)."""
         if self.kept is None:
-            out = np.empty((len(self.streams), *self.leaf.shape), self.leaf.dtype)
+            out = self.lend(slot) if lend else np.empty(self.shape, self.leaf.dtype)
             return out, out
         assert self.readonly is not None
         return self.kept[slot], self.readonly[slot]
@@ -101,6 +112,7 @@ class Reader:
         self.steps = 0
         # The batch returned last, for envs whose rows are carried over (masked reset, restart).
         self._last_decoded: dict[int, np.ndarray] = {}
+        self._last_slot = 0  # the slot of the batch returned last (lent decoded leaves are read back)
         self._previous_copy: dict[int, np.ndarray] | None = None
         threads = max(1, min(threads, n_envs)) if self.decoded else 1
         self.pool = ThreadPoolExecutor(threads, thread_name_prefix="shmvec-decode") if threads > 1 else None
@@ -123,8 +135,12 @@ class Reader:
         """
         out = []
         for j in range(self.n_leaves):
-            if j in self.decoded:
-                out.append(self._last_decoded[j][rows].copy())
+            part = self.decoded.get(j)
+            if part is not None:
+                last = self._last_decoded.get(j)
+                if last is None:  # lent: read back from its slot (not held, or it would stay lent)
+                    last = part.lend(self._last_slot)
+                out.append(last[rows].copy())
             elif self._previous_copy is not None:
                 out.append(self._previous_copy[j][rows].copy())
             else:
@@ -152,12 +168,13 @@ class Reader:
             for j in self.obs_views:
                 self.ring.obs(j)[slot][keep] = carried[j]
         arrays: list[np.ndarray] = [None] * self.n_leaves  # type: ignore[list-item]
+        # Lend the slot itself (no copy) while another stays free for the next write.
+        lend = self.copy and self.slots.can_lend(slot)
         if not self.copy:
             for j, view in self.obs_views.items():
                 arrays[j] = view[slot]
         elif self.obs_views:
-            if self.slots.can_lend(slot):
-                # Lend the slot itself (no copy) while another stays free for the next write.
+            if lend:
                 lent = self.slots.lent[slot] = [self.ring.lend_obs(j, slot) for j in self.obs_views]
                 for j, arr in zip(self.obs_views, lent):
                     arrays[j] = arr
@@ -171,7 +188,9 @@ class Reader:
             return arrays, finals
         outs: dict[int, np.ndarray] = {}
         for j, part in self.decoded.items():
-            outs[j], arrays[j] = part.output(slot)
+            outs[j], arrays[j] = part.output(slot, lend)
+            if lend:
+                self.slots.lent[slot].append(arrays[j])
         envs = range(self.n_envs) if only is None else list(only)
         if self.pool is None or only is not None:
             self._decode_envs(envs, outs, finals)
@@ -183,7 +202,8 @@ class Reader:
         if keep is not None and len(keep):
             for j in self.decoded:
                 outs[j][keep] = carried[j]
-        self._last_decoded = {j: arrays[j] for j in self.decoded}
+        self._last_decoded = {} if lend else {j: arrays[j] for j in self.decoded}
+        self._last_slot = slot
         return arrays, finals
 
     def _decode_envs(self, envs: Sequence[int], outs: dict[int, np.ndarray], finals: dict[int, list]) -> None:
