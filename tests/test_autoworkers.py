@@ -92,7 +92,7 @@ def test_no_probe_where_no_other_count_is_possible(no_leaks, monkeypatch):
 
 
 def test_without_scheduler_counters_the_default_count(no_leaks, monkeypatch):
-    monkeypatch.setattr(autoworkers, "_schedstat", lambda pid: None)
+    monkeypatch.setattr(autoworkers, "_queued_s", lambda: None)
     with shmvec.ShmVecEnv([WAITING] * 5, "fork", n_workers="auto") as env:
         assert env.n_workers == CPUS
 

@@ -9,14 +9,16 @@ count is decided once, before the real workers start.
 
 How: one throwaway worker builds one env (``env_fns[0]``, with the same options: frame stacking,
 worker threads, RNG isolation), resets it and steps it with random actions (the action space's own
-sampler, seeded 0) for :data:`PROBE_SECONDS` (at least :data:`PROBE_MIN_STEPS` steps). From the
-kernel's per-thread scheduler counters (``/proc/<pid>/task/*/schedstat``) it takes the worker's CPU
-time and the time it spent queued for a CPU, and from the main process the wall time of those steps
-(minus the main process's own queueing). The env's *busy fraction* ``f`` is CPU time over the
-wall time that was not spent queueing, so a machine that is busy with other work does not make a
-computing env look like a waiting one. Then, with ``c`` usable CPUs and ``n`` envs:
+sampler, seeded 0) for :data:`PROBE_SECONDS` (at least :data:`PROBE_MIN_STEPS` steps). A wrapper
+inside the worker times each ``env.step`` itself: the worker's CPU time, the wall time, and the
+time the stepping thread spent queued for a CPU (the kernel's ``/proc/thread-self/schedstat``).
+Timing inside the worker keeps the pipe round trips and the main process's own scheduling out of
+the figure. The env's *busy fraction* ``f`` is CPU time over the wall time that was not spent
+queueing, so a machine that is busy with other work does not make a computing env look like a
+waiting one, nor a waiting env look like a computing one. Then, with ``c`` usable CPUs and ``n``
+envs:
 
-- ``f >= CPU_BOUND`` (0.75; below 1 because the probe's own round trips count as not busy): the env
+- ``f >= CPU_BOUND`` (0.75; below 1 because an env's step has a little waiting of its own): the env
   computes: ``min(n, c)`` workers, one per usable CPU;
 - otherwise ``c`` CPUs keep about ``c / f`` such envs busy at once:
   ``min(n, max(c, ceil(c / f)))`` workers, up to one per env.
@@ -30,16 +32,18 @@ one extra env built: an env with side effects sees one more instance).
 
 from __future__ import annotations
 
+import functools
 import math
-import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 
 from shmvec.engine.pool import usable_cpus
+from shmvec.envapi import make_env
+from shmvec.protocol import Command
 
 if TYPE_CHECKING:
     from shmvec.engine.options import Options
@@ -56,9 +60,9 @@ class Probe:
     """What the probe measured over ``steps`` steps of one env in one worker (seconds)."""
 
     steps: int
-    wall_s: float  # main process, step_async to step_wait, minus its own time queued for a CPU
-    cpu_s: float  # the worker's CPU time (all its threads)
-    queued_s: float  # the worker's time waiting for a CPU
+    wall_s: float  # in the worker, around env.step
+    cpu_s: float  # the worker's CPU time (all its threads) during env.step
+    queued_s: float  # the stepping thread's time waiting for a CPU during env.step
 
     @property
     def busy_fraction(self) -> float:
@@ -76,24 +80,34 @@ def choose_workers(n_envs: int, cpus: int, busy_fraction: float) -> int:
     return min(n_envs, max(base, math.ceil(cpus / max(busy_fraction, 1e-3))))
 
 
-def _schedstat(pid: int | None) -> tuple[float, float] | None:
-    """(CPU seconds, seconds queued for a CPU) summed over the threads of ``pid`` (None: this
-    thread only), or None where the kernel does not report them."""
-    paths = (
-        ["/proc/thread-self/schedstat"]
-        if pid is None
-        else [f"/proc/{pid}/task/{tid}/schedstat" for tid in os.listdir(f"/proc/{pid}/task")]
-    )
-    cpu = queued = 0
+def _queued_s() -> float | None:
+    """Seconds this thread has spent queued for a CPU, or None where the kernel does not say."""
     try:
-        for path in paths:
-            with open(path) as f:
-                fields = f.read().split()
-            cpu += int(fields[0])
-            queued += int(fields[1])
+        with open("/proc/thread-self/schedstat") as f:
+            return int(f.read().split()[1]) / 1e9
     except (OSError, ValueError, IndexError):
         return None
-    return cpu / 1e9, queued / 1e9
+
+
+class _Timed(gym.Wrapper):
+    """Sums, over its env's steps, the process's CPU time, the wall time and this thread's time
+    queued for a CPU (seconds): ``probe_totals``, read back with ``get_attr``."""
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        self.probe_totals = (0, 0.0, 0.0, 0.0)  # steps, wall, cpu, queued
+
+    def step(self, action: Any) -> Any:
+        q0, c0, w0 = _queued_s() or 0.0, time.process_time(), time.perf_counter()
+        out = self.env.step(action)
+        wall, cpu, queued = time.perf_counter() - w0, time.process_time() - c0, (_queued_s() or 0.0) - q0
+        n, w, c, q = self.probe_totals
+        self.probe_totals = (n + 1, w + wall, c + cpu, q + queued)
+        return out
+
+
+def _timed(env_fn: Callable[[], gym.Env]) -> gym.Env:
+    return _Timed(make_env(env_fn))
 
 
 def probe(
@@ -101,37 +115,33 @@ def probe(
 ) -> Probe | None:
     """Step ``env_fns[0]`` alone in one throwaway worker and measure it; None where the kernel's
     scheduler counters cannot be read."""
-    if _schedstat(None) is None:
+    if _queued_s() is None:
         return None
     from shmvec.engine.core import Engine  # here: core resolves "auto" through this module
 
     one = replace(
         options, n_workers=1, codec=None, n_slots=None, copy=True, on_crash="raise", check_finite=False
     )
-    engine = Engine([env_fns[0]], start_method, one, owner="n_workers='auto' probe")
+    engine = Engine(
+        [functools.partial(_timed, env_fns[0])], start_method, one, owner="n_workers='auto' probe"
+    )
     try:
-        pid = engine.res.processes[0].pid
         space = engine.action_space
         space.seed(0)
         engine.reset([None], [None])
         engine.step_async([space.sample()])
         engine.step_wait()  # warm-up: first steps touch fresh pages
-        worker0, main0 = _schedstat(pid), _schedstat(None)
-        steps, start = 0, time.perf_counter()
+        before = engine.call(Command.GET_ATTR, [0], "probe_totals")[0]
+        start = time.perf_counter()
         while True:
             engine.step_async([space.sample()])
             engine.step_wait()
-            steps += 1
-            wall = time.perf_counter() - start
-            if wall >= PROBE_SECONDS and steps >= PROBE_MIN_STEPS:
+            n, wall, cpu, queued = engine.call(Command.GET_ATTR, [0], "probe_totals")[0]
+            if time.perf_counter() - start >= PROBE_SECONDS and n - before[0] >= PROBE_MIN_STEPS:
                 break
-        worker1, main1 = _schedstat(pid), _schedstat(None)
     finally:
         engine.close()
-    if worker0 is None or worker1 is None or main0 is None or main1 is None:
-        return None
-    main_queued = main1[1] - main0[1]
-    return Probe(steps, wall - main_queued, worker1[0] - worker0[0], worker1[1] - worker0[1])
+    return Probe(n - before[0], wall - before[1], cpu - before[2], queued - before[3])
 
 
 def resolve_auto(
