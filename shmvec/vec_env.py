@@ -8,7 +8,7 @@ used once, rewards in ``reward_dtype``.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
 
@@ -113,6 +113,15 @@ class ShmVecEnv(VecEnv):
     :param frame_stack_channels_order: as ``VecFrameStack``'s ``channels_order``: ``"first"``,
         ``"last"``, None (default: channels first only for images whose smallest dimension is the
         first), or a mapping from Dict key to one of those.
+    :param backend: ``"local"`` (default): worker processes on this machine, observations in shared
+        memory. ``"ray"``: each worker is a Ray actor, on any node of a Ray cluster (the running Ray
+        connection, else a local Ray started here and shut down on ``close()``); observations
+        travel encoded by ``codec`` (default None here means the lossless ``delta`` codec for
+        leaves of 1 KiB or more; ``codec="raw"`` sends them as they are). ``pip install
+        "shmvec[ray]"``; see the docs guide "Workers on a Ray cluster".
+    :param ray_options: ``backend="ray"`` only: options of every actor, as for
+        ``ray.remote(...).options(...)``: ``num_cpus``, ``resources``, ``scheduling_strategy``
+        (``"SPREAD"``, a placement group strategy...), ``runtime_env``. Default None: Ray's defaults.
     """
 
     def __init__(
@@ -138,6 +147,8 @@ class ShmVecEnv(VecEnv):
         pause_openmp: bool = True,
         frame_stack: int | None = None,
         frame_stack_channels_order: ChannelsOrder = None,
+        backend: str = "local",
+        ray_options: Mapping[str, Any] | None = None,
     ) -> None:
         self._engine: Engine | None = None
         options = Options.pick(locals())
@@ -175,6 +186,11 @@ class ShmVecEnv(VecEnv):
     def remotes(self) -> list[Connection]:
         """The main-process ends of the worker pipes, in worker order."""
         return self._eng.res.remotes
+
+    @property
+    def actors(self) -> list[Any]:
+        """``backend="ray"``: the Ray actor handles, one per worker, in worker order (else empty)."""
+        return list(getattr(self._eng.pool, "actors", []))
 
     @property
     def n_restarts(self) -> int:

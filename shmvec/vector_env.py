@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy as copy_module
 import functools
 import importlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
@@ -68,11 +68,11 @@ class ShmVectorEnv(VectorEnv):
     Every other parameter means what it means for :class:`shmvec.ShmVecEnv` (``start_method``,
     ``n_workers``, ``copy``, ``n_slots``, ``worker_threads``, ``timeout`` in seconds, ``codec``,
     ``verify_every``, ``tolerance``, ``decode_threads``, ``on_crash``, ``max_restarts``,
-    ``restart_window`` in seconds, ``check_finite``, ``isolate_rng``, ``pause_openmp``), with the same
-    defaults. In restart mode a rebuilt env ends its episode with ``truncations[i] = True`` and the
-    info keys ``shmvec.restarted`` / ``shmvec.restart_reason``; its observation in that step is the last one
-    the agent saw (``NEXT_STEP``, ``DISABLED``) or its new episode's first (``SAME_STEP``, the last
-    one in ``final_obs``).
+    ``restart_window`` in seconds, ``check_finite``, ``isolate_rng``, ``pause_openmp``, ``backend``,
+    ``ray_options``), with the same defaults. In restart mode a rebuilt env ends its episode with
+    ``truncations[i] = True`` and the info keys ``shmvec.restarted`` / ``shmvec.restart_reason``;
+    its observation in that step is the last one the agent saw (``NEXT_STEP``, ``DISABLED``) or its
+    new episode's first (``SAME_STEP``, the last one in ``final_obs``).
     """
 
     def __init__(
@@ -96,6 +96,8 @@ class ShmVectorEnv(VectorEnv):
         check_finite: bool = False,
         isolate_rng: bool = False,
         pause_openmp: bool = True,
+        backend: str = "local",
+        ray_options: Mapping[str, Any] | None = None,
     ) -> None:
         mode = to_autoreset_mode(autoreset_mode)
         self._engine: Engine | None = None
@@ -121,6 +123,11 @@ class ShmVectorEnv(VectorEnv):
     def closed(self) -> bool:  # type: ignore[override]
         """True once :meth:`close` was called or a failure closed the env."""
         return self._engine is None or self._engine.closed
+
+    @property
+    def actors(self) -> list[Any]:
+        """``backend="ray"``: the Ray actor handles, one per worker, in worker order (else empty)."""
+        return list(getattr(self._eng.pool, "actors", []))
 
     @property
     def n_restarts(self) -> int:
