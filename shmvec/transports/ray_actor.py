@@ -78,9 +78,13 @@ class RayWorker:
         return self._dumps(cmd, payload, reply), data
 
     def close(self) -> None:
-        """Close the envs (the main process kills the actor afterwards)."""
+        """Close the envs and end the actor (so that close() in the main process returns once it is
+        gone; a kill follows anyway, for an actor that hangs here)."""
+        import ray
+
         if self.worker is not None:
             self.worker.close()
+        ray.actor.exit_actor()
 
     def _dumps(self, cmd: str, payload: Any, reply: tuple[bool, Any]) -> bytes:
         # Pickled here, as a worker pickles into its pipe, so that an unpicklable info or attribute

@@ -9,8 +9,8 @@ reply writes the batch into the engine's ring, which in this backend only the ma
 Faults: an actor that died (``ray.kill``, node lost, out of memory) is a
 :class:`~shmvec.errors.WorkerCrashedError` naming the worker, its envs and its node, reported within
 :data:`POLL_S` seconds of Ray knowing it even while other actors are still busy; ``timeout`` bounds a
-hung actor (killed). Start-up waits at most ``timeout`` or :data:`START_TIMEOUT_S` (an actor whose
-resources the cluster cannot provide is never scheduled).
+hung actor (killed). Start-up waits at most :data:`START_TIMEOUT_S`, or ``timeout`` but at least
+:data:`MIN_START_S` (an actor whose resources the cluster cannot provide is never scheduled).
 
 Connection: the running one when ``ray.is_initialized()``; else a local Ray is started and shut
 down when the last engine that uses it closes (:func:`connect`, :func:`disconnect`).
@@ -41,8 +41,11 @@ from shmvec.transports.ray_wire import unpack
 
 # Longest wait between looks at the actors still busy: a dead one is reported within this (s).
 POLL_S = 1.0
-# Start-up bound when no ``timeout`` is given: creating an actor and its envs (s).
+# Start-up bound when no ``timeout`` is given: scheduling an actor, its process, its envs (s).
 START_TIMEOUT_S = 300.0
+# With a ``timeout``, start-up still gets at least this long: an actor's process and imports take
+# seconds (1.5-5.6 s measured on 2 cores), far more than a step (s).
+MIN_START_S = 60.0
 # How long close() lets actors close their envs before killing them (s).
 CLOSE_GRACE_S = 5.0
 # Ray's own actor restarts would bring back an actor without its envs' state: shmvec restarts
@@ -239,7 +242,9 @@ class RayPool:
         errors: dict[int, Any] = {}
         faults: dict[int, Fault] = {}
         starting = command == Command.MAKE_ENV.value
-        limit = self.timeout if self.timeout is not None or not starting else START_TIMEOUT_S
+        limit = self.timeout
+        if starting:
+            limit = START_TIMEOUT_S if limit is None else max(limit, MIN_START_S)
         deadline = None if limit is None else time.monotonic() + limit
         left = list(refs)
         while left:
