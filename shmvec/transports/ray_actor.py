@@ -50,12 +50,31 @@ class RayWorker:
         import ray
 
         node_id = ray.get_runtime_context().get_node_id()
-        reply = self._dumps(Command.MAKE_ENV, None, self.started)
+        # Always picklable: spaces, or a RemoteError.
+        reply = pickle.dumps(self.started, pickle.HIGHEST_PROTOCOL)
         return reply, self.pid, ray.util.get_node_ip_address(), node_id
 
-    def call(self, cmd: str, payload: Any) -> tuple[bytes, Packed | None]:
-        """Serve one command: the pickled reply, and the packed batch after a ``step`` or ``reset``
-        that succeeded (None otherwise). ``attach`` takes ``(codecs, verify_every)``."""
+    def call(self, message: bytes) -> bytes:
+        """Serve one pickled ``(command, payload)``: the pickled ``(reply, batch)``.
+
+        One bytes object each way: Ray serializes it as it is, where a tuple of small arrays costs
+        it a buffer per array (measured on 2 busy cores, 2 actors, a null env: 8.5 -> 3.4 ms per step).
+        """
+        cmd, payload = pickle.loads(message)
+        reply, data = self.serve(cmd, payload)
+        try:
+            return pickle.dumps((reply, data), pickle.HIGHEST_PROTOCOL)
+        except Exception as exc:
+            if not reply[0]:
+                raise
+            # e.g. an info dict or attribute value that cannot be pickled: an error naming the env.
+            env_index, exc = unpicklable(cmd, payload, reply[1], self.first_env, exc)
+            error = RemoteError.capture(exc, env_index, Command(cmd).label(payload), self.pid)
+            return pickle.dumps(((False, error), None), pickle.HIGHEST_PROTOCOL)
+
+    def serve(self, cmd: str, payload: Any) -> tuple[tuple[bool, Any], Packed | None]:
+        """One command: the reply ``(ok, result)``, and the packed batch after a ``step`` or
+        ``reset`` that succeeded (None otherwise). ``attach`` takes ``(codecs, verify_every)``."""
         worker = self.worker
         assert worker is not None, "no envs: the start-up reply said why"
         handlers = self.handlers
@@ -75,7 +94,7 @@ class RayWorker:
                 # Only same-step autoreset writes terminal observations.
                 done = np.flatnonzero(worker.ring.terminated[0] | worker.ring.truncated[0]).tolist()
             data = pack(worker.ring, self.codecs, done)
-        return self._dumps(cmd, payload, reply), data
+        return reply, data
 
     def close(self) -> None:
         """Close the envs and end the actor (so that close() in the main process returns once it is
@@ -85,13 +104,3 @@ class RayWorker:
         if self.worker is not None:
             self.worker.close()
         ray.actor.exit_actor()
-
-    def _dumps(self, cmd: str, payload: Any, reply: tuple[bool, Any]) -> bytes:
-        # Pickled here, as a worker pickles into its pipe, so that an unpicklable info or attribute
-        # value is an EnvError naming the env rather than a Ray serialization failure.
-        try:
-            return pickle.dumps(reply, pickle.HIGHEST_PROTOCOL)
-        except Exception as exc:
-            env_index, exc = unpicklable(cmd, payload, reply[1], self.first_env, exc)
-            error = RemoteError.capture(exc, env_index, Command(cmd).label(payload), self.pid)
-            return pickle.dumps((False, error), pickle.HIGHEST_PROTOCOL)

@@ -216,14 +216,15 @@ class RayPool:
             if actions is None:  # the engine put them in the ring's typed buffer
                 g = self.worker_envs[w]
                 actions = self.res.ring.actions[g.start : g.stop]
-            payload = (0, actions)  # serialized now, by .remote(): the buffer may be reused
+            payload = (0, actions)  # pickled below: the buffer may be reused at once
         elif cmd == Command.RESET:
             slot = payload[0]
             payload = (0, *payload[1:])
         elif cmd == Command.ATTACH:
             _spec, codecs, verify_every = payload
             payload = (codecs, verify_every)
-        ref = self.res.actors[w].call.remote(Command(cmd).value, payload)
+        message = pickle.dumps((Command(cmd).value, payload), pickle.HIGHEST_PROTOCOL)
+        ref = self.res.actors[w].call.remote(message)
         self.res.pending[w] = (ref, Command(cmd).value, slot)
 
     def call(
@@ -283,8 +284,7 @@ class RayPool:
             reply, pid, ip, node = value
             self.where[w] = (pid, ip, node)
             return pickle.loads(reply)
-        reply, data = value
-        ok, payload = pickle.loads(reply)
+        (ok, payload), data = pickle.loads(value)
         if ok and data is not None and slot is not None:
             self.bytes_received += unpack(self.res.ring, self.worker_envs[w], slot, data)
         return ok, payload
