@@ -101,10 +101,11 @@ class RayResources:
             if graceful:
                 with suppress(Exception):
                     refs += [actor.close.remote() for actor in self.actors]
-            drain(refs, CLOSE_GRACE_S if graceful else 0.0)
+                refs = drain(refs, CLOSE_GRACE_S)
             for actor in self.actors:
                 with suppress(Exception):
                     ray.kill(actor, no_restart=True)
+            drain(refs, 1.0)  # what the killed actors still owed: errors by now
         self.pending = {}
         if self.ring is not None:
             self.ring.close()
@@ -114,15 +115,16 @@ class RayResources:
             disconnect()
 
 
-def drain(refs: Sequence[Any], timeout: float) -> None:
-    """Fetch ``refs`` (errors included) for up to ``timeout`` seconds: a result holding an error
-    that is never fetched makes Ray print "Unhandled error"."""
+def drain(refs: Sequence[Any], timeout: float) -> list[Any]:
+    """Fetch ``refs`` (errors included) for up to ``timeout`` seconds, and return those not ready:
+    a result holding an error that is never fetched makes Ray print "Unhandled error"."""
     if not refs:
-        return
-    ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=timeout)
+        return []
+    ready, left = ray.wait(list(refs), num_returns=len(refs), timeout=timeout)
     for ref in ready:
         with suppress(Exception):
             ray.get(ref, timeout=0)
+    return list(left)
 
 
 class RayPool:
