@@ -248,3 +248,44 @@ def test_starts_and_shuts_down_its_own_ray_when_none_is_running(cluster):
     finally:
         if not ray.is_initialized():
             ray.init(address=address)
+
+
+def test_ppo_training_goes_on_after_an_actor_is_killed(leaks):
+    import torch
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.env_util import make_vec_env
+
+    from tests.envs import TinyImageEnv
+
+    class KillOnce(BaseCallback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.truncated_by_restart = 0
+
+        def _on_step(self) -> bool:
+            if self.n_calls == 10:
+                ray.kill(self.training_env.unwrapped.actors[1])
+            for info in self.locals["infos"]:
+                if info.get("shmvec.restarted"):
+                    assert info["TimeLimit.truncated"]
+                    self.truncated_by_restart += 1
+            return True
+
+    torch.set_num_threads(1)
+    venv = make_vec_env(
+        TinyImageEnv,
+        n_envs=4,
+        seed=3,
+        vec_env_cls=ShmVecEnv,
+        vec_env_kwargs={"backend": "ray", "n_workers": 2, "on_crash": "restart"},
+    )
+    try:
+        model = PPO("CnnPolicy", venv, n_steps=32, batch_size=64, n_epochs=1, seed=3, device="cpu")
+        callback = KillOnce()
+        model.learn(256, callback=callback)
+        assert venv.n_restarts == 1
+        assert callback.truncated_by_restart == 2  # the killed actor's two envs, once
+        assert model.num_timesteps >= 256
+    finally:
+        venv.close()
