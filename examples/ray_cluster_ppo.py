@@ -12,6 +12,7 @@ SB3's ``make_atari_env`` factories import SB3 (and torch) in each actor: a few s
 """
 
 import argparse
+import functools
 
 import ale_py
 import gymnasium as gym
@@ -21,6 +22,15 @@ from stable_baselines3.common.env_util import make_atari_env
 from stable_baselines3.common.vec_env import VecFrameStack
 
 from shmvec import ShmVecEnv
+
+
+def make_game(env_id: str, **kwargs: object) -> gym.Env:
+    """One Atari env. The actors never import this script's module, so whatever registers the env
+    (``ale_py`` here) is imported by the factory itself; cloudpickle sends this function by value."""
+    import ale_py
+
+    gym.register_envs(ale_py)
+    return gym.make(env_id, **kwargs)
 
 
 def main() -> None:
@@ -46,7 +56,7 @@ def main() -> None:
         ray_options["scheduling_strategy"] = "SPREAD"
     gym.register_envs(ale_py)
     venv = make_atari_env(
-        args.env,
+        functools.partial(make_game, args.env),
         n_envs=args.n_envs,
         seed=args.seed,
         vec_env_cls=ShmVecEnv,
