@@ -289,3 +289,30 @@ def test_ppo_training_goes_on_after_an_actor_is_killed(leaks):
         assert model.num_timesteps >= 256
     finally:
         venv.close()
+
+
+@pytest.mark.parametrize("backend", ["ray", "ray-naive"])
+def test_bench_backends_step_like_dummy_vec_env(leaks, backend):
+    """`shmvec bench --backends ray,ray-naive`: both built from the same factories, same batches."""
+    from shmvec.bench.backends import make_vec_env
+
+    fns = [DICT32] * 3
+    venv = make_vec_env(backend, fns, n_workers=2)
+    want = DummyVecEnv(fns)
+    try:
+        venv.seed(4)
+        want.seed(4)
+        obs = venv.reset()
+        w_obs = want.reset()
+        for k in w_obs:
+            np.testing.assert_array_equal(obs[k], w_obs[k])
+        for t in range(15):
+            actions = sample_actions(want.action_space, 3, np.random.default_rng(t))
+            venv.step_async(actions)
+            _, rewards, dones, _ = venv.step_wait()
+            _, w_rewards, w_dones, _ = want.step(actions)
+            np.testing.assert_array_equal(rewards, w_rewards)
+            np.testing.assert_array_equal(dones, w_dones)
+    finally:
+        venv.close()
+        want.close()

@@ -67,7 +67,7 @@ class NaiveRayVecEnv:
     def reset(self) -> np.ndarray:
         seeds = [None if self._seed is None else self._seed + i for i in range(self.num_envs)]
         self._seed = None
-        return np.stack(self._ray.get([a.reset.remote(s) for a, s in zip(self.actors, seeds)]))
+        return _stack(self._ray.get([a.reset.remote(s) for a, s in zip(self.actors, seeds)]))
 
     def step_async(self, actions: np.ndarray) -> None:
         self._refs = [a.step.remote(act) for a, act in zip(self.actors, actions)]
@@ -75,7 +75,7 @@ class NaiveRayVecEnv:
     def step_wait(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[dict]]:
         results = self._ray.get(self._refs)
         obs, rewards, dones, infos = zip(*results)
-        return np.stack(obs), np.array(rewards, np.float32), np.array(dones), list(infos)
+        return _stack(list(obs)), np.array(rewards, np.float32), np.array(dones), list(infos)
 
     def close(self) -> None:
         for actor in self.actors:
@@ -83,3 +83,10 @@ class NaiveRayVecEnv:
         self.actors = []
         if self._owns_ray and self._ray.is_initialized():
             self._ray.shutdown()
+
+
+def _stack(obs: list[Any]) -> Any:
+    """One env's observations batched: arrays stacked, Dict observations stacked per key."""
+    if isinstance(obs[0], dict):
+        return {k: np.stack([o[k] for o in obs]) for k in obs[0]}
+    return np.stack(obs)
