@@ -230,10 +230,13 @@ def test_ppo_parameters_identical_to_dummy_vec_env(leaks):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 
-def test_starts_and_shuts_down_its_own_ray_when_none_is_running(cluster):
-    """Without a connection: one of its own (ray.init(): here it finds the local cluster), shared by
-    every VecEnv that needs it and shut down when the last one closes."""
+def test_starts_and_shuts_down_its_own_ray_when_none_is_running(cluster, monkeypatch):
+    """Without a connection: one of its own (ray.init(), which joins the cluster named by RAY_ADDRESS
+    as for a user's script), shared by every VecEnv that needs it, shut down when the last closes."""
     address = cluster.address
+    # Without it ray.init() finds this cluster_utils cluster through its session files, and actors
+    # created on that connection die before they start (seen with Ray 2.60 after ray.shutdown()).
+    monkeypatch.setenv("RAY_ADDRESS", address)
     ray.shutdown()
     try:
         first = ShmVecEnv([DICT32] * 2, n_workers=1, backend="ray")
