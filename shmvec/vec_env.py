@@ -125,6 +125,15 @@ class ShmVecEnv(VecEnv):
         puts them in its info; at most 8). None: every info through the pipe. An info that does not
         match (a key missing or of another type) goes whole through the pipe for that step: never an
         error, never lost. See :mod:`shmvec.infos`.
+    :param backend: ``"local"`` (default): worker processes on this machine, observations in shared
+        memory. ``"ray"``: each worker is a Ray actor, on any node of a Ray cluster (the running Ray
+        connection, else a local Ray started here and shut down on ``close()``); observations
+        travel encoded by ``codec`` (default None here means the lossless ``delta`` codec for
+        leaves of 1 KiB or more; ``codec="raw"`` sends them as they are). ``pip install
+        "shmvec[ray]"``; see the docs guide "Workers on a Ray cluster".
+    :param ray_options: ``backend="ray"`` only: options of every actor, as for
+        ``ray.remote(...).options(...)``: ``num_cpus``, ``resources``, ``scheduling_strategy``
+        (``"SPREAD"``, a placement group strategy...), ``runtime_env``. Default None: Ray's defaults.
     """
 
     def __init__(
@@ -151,6 +160,8 @@ class ShmVecEnv(VecEnv):
         frame_stack: int | None = None,
         frame_stack_channels_order: ChannelsOrder = None,
         info_keys: str | Mapping[str, type] | None = "auto",
+        backend: str = "local",
+        ray_options: Mapping[str, Any] | None = None,
     ) -> None:
         self._engine: Engine | None = None
         options = Options.pick(locals())
@@ -188,6 +199,11 @@ class ShmVecEnv(VecEnv):
     def remotes(self) -> list[Connection]:
         """The main-process ends of the worker pipes, in worker order."""
         return self._eng.res.remotes
+
+    @property
+    def actors(self) -> list[Any]:
+        """``backend="ray"``: the Ray actor handles, one per worker, in worker order (else empty)."""
+        return list(getattr(self._eng.pool, "actors", []))
 
     @property
     def n_restarts(self) -> int:

@@ -70,7 +70,8 @@ class ShmVectorEnv(VectorEnv):
     ``n_workers``, ``copy``, ``n_slots``, ``worker_threads``, ``timeout`` in seconds, ``codec``,
     ``verify_every``, ``tolerance``, ``decode_threads``, ``on_crash``, ``max_restarts``,
     ``restart_window`` in seconds, ``check_finite``, ``isolate_rng``, ``pause_openmp``,
-    ``frame_stack``, ``frame_stack_channels_order``, ``info_keys``), with the same defaults.
+    ``frame_stack``, ``frame_stack_channels_order``, ``info_keys``, ``backend``,
+    ``ray_options``), with the same defaults.
     ``n_workers="auto"`` chooses the count from a short probe of one env (see
     :mod:`shmvec.engine.autoworkers`); the chosen count is :attr:`n_workers`.
 
@@ -109,6 +110,8 @@ class ShmVectorEnv(VectorEnv):
         frame_stack: int | None = None,
         frame_stack_channels_order: ChannelsOrder = None,
         info_keys: str | Mapping[str, type] | None = "auto",
+        backend: str = "local",
+        ray_options: Mapping[str, Any] | None = None,
     ) -> None:
         mode = to_autoreset_mode(autoreset_mode)
         self._engine: Engine | None = None
@@ -134,6 +137,11 @@ class ShmVectorEnv(VectorEnv):
     def closed(self) -> bool:  # type: ignore[override]
         """True once :meth:`close` was called or a failure closed the env."""
         return self._engine is None or self._engine.closed
+
+    @property
+    def actors(self) -> list[Any]:
+        """``backend="ray"``: the Ray actor handles, one per worker, in worker order (else empty)."""
+        return list(getattr(self._eng.pool, "actors", []))
 
     @property
     def n_restarts(self) -> int:

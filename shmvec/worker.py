@@ -62,14 +62,18 @@ class _Worker:
         self.next_seeds: list[int | None] = [None] * len(envs)  # seeds of those resets
         self.infos: InfoColumns | None = None  # typed info columns, once the engine sends a schema
 
-    def attach(self, payload: tuple[RingSpec, tuple[Codec | None, ...] | None, int]) -> None:
+    def attach(
+        self, payload: tuple[RingSpec | None, tuple[Codec | None, ...] | None, int], ring: Ring | None = None
+    ) -> None:
         """Map the ring. ``payload``: the ring spec, the codec of each leaf (None: no codec at all)
-        and how often to checksum encoded frames (see :mod:`shmvec.codecs.channel`)."""
+        and how often to checksum encoded frames (see :mod:`shmvec.codecs.channel`). ``ring``: a
+        ring of this worker's envs only (a Ray actor's own, rows from 0) instead of the spec's."""
         spec, codecs, verify_every = payload
         # The main process has checked the space can be laid out before sending the ring.
         self.leaves = leaves(self.space)
-        self.ring = Ring.attach(spec)
-        lo, hi = self.first_env, self.first_env + len(self.envs)
+        self.ring = Ring.attach(spec) if ring is None else ring  # type: ignore[arg-type]
+        lo = self.first_env if ring is None else 0
+        hi = lo + len(self.envs)
         self.obs, self.final = [], []
         for j, leaf in enumerate(self.leaves):
             codec = codecs[j] if codecs else None
@@ -287,6 +291,37 @@ def worker_main(
     exit_with_parent()
     limit_threads(n_threads)
     pid = os.getpid()
+    worker, reply = start_worker(env_fns, first_env, isolate_rng, pid)
+    conn.send(reply)
+    if worker is None:
+        conn.close()
+        return
+    handlers = dispatch_table(worker)
+    try:
+        while True:
+            try:
+                cmd, payload = conn.recv()
+            except (EOFError, OSError):
+                break  # the main process is gone
+            if cmd == Command.CLOSE:
+                break
+            reply = answer(worker, handlers, cmd, payload, pid)
+            try:
+                conn.send(reply)
+            except Exception as exc:  # e.g. an info dict or attribute value that cannot be pickled
+                # Pickling fails before anything is written, so the pipe is still in step.
+                env_index, exc = unpicklable(cmd, payload, reply[1], first_env, exc)
+                conn.send((False, RemoteError.capture(exc, env_index, Command(cmd).label(payload), pid)))
+    finally:
+        worker.close()
+        conn.close()
+
+
+def start_worker(
+    env_fns: bytes | list[Callable[[], Any]], first_env: int, isolate_rng: bool, pid: int
+) -> tuple[_Worker | None, tuple[bool, Any]]:
+    """Create a worker's envs (in a worker process or a Ray actor): the worker and its start-up
+    reply ``(True, (READY, spaces of each env))``, or None and ``(False, RemoteError)``."""
     envs: list[gym.Env] = []
     try:
         fns = cloudpickle.loads(env_fns) if isinstance(env_fns, bytes) else env_fns
@@ -300,13 +335,14 @@ def worker_main(
         spaces_ = [(env.observation_space, env.action_space) for env in envs]
         worker = _Worker(envs, first_env, rngs)
     except BaseException as exc:  # noqa: BLE001 - anything a user factory raises goes back
-        conn.send((False, RemoteError.capture(exc, first_env + len(envs), "make_env", pid)))
-        conn.close()
-        return
-    conn.send((True, (READY, spaces_)))
+        return None, (False, RemoteError.capture(exc, first_env + len(envs), "make_env", pid))
+    return worker, (True, (READY, spaces_))
 
+
+def dispatch_table(worker: _Worker) -> dict[str, Callable[[Any], Any]]:
+    """The handler of each command a worker serves (all but ``close``)."""
     # Keyed by Command members, which hash and compare equal to the plain strings that arrive.
-    handlers: dict[str, Callable[[Any], Any]] = {
+    return {
         Command.ATTACH: worker.attach,
         Command.STEP: worker.step,
         Command.RESET: worker.reset,
@@ -320,27 +356,15 @@ def worker_main(
         Command.RENDER: worker.render,
         Command.CONFIGURE: worker.configure,
     }
+
+
+def answer(
+    worker: _Worker, handlers: dict[str, Callable[[Any], Any]], cmd: str, payload: Any, pid: int
+) -> tuple[bool, Any]:
+    """Run one command: ``(True, result)``, or ``(False, RemoteError)`` naming the env that raised."""
     try:
-        while True:
-            try:
-                cmd, payload = conn.recv()
-            except (EOFError, OSError):
-                break  # the main process is gone
-            if cmd == Command.CLOSE:
-                break
-            try:
-                result = handlers[cmd](payload)
-            except Exception as exc:
-                env_index = None if worker.current is None else first_env + worker.current
-                worker.current = None
-                conn.send((False, RemoteError.capture(exc, env_index, Command(cmd).label(payload), pid)))
-                continue
-            try:
-                conn.send((True, result))
-            except Exception as exc:  # e.g. an info dict or attribute value that cannot be pickled
-                # Pickling fails before anything is written, so the pipe is still in step.
-                env_index, exc = unpicklable(cmd, payload, result, first_env, exc)
-                conn.send((False, RemoteError.capture(exc, env_index, Command(cmd).label(payload), pid)))
-    finally:
-        worker.close()
-        conn.close()
+        return True, handlers[cmd](payload)
+    except Exception as exc:
+        env_index = None if worker.current is None else worker.first_env + worker.current
+        worker.current = None
+        return False, RemoteError.capture(exc, env_index, Command(cmd).label(payload), pid)

@@ -219,3 +219,21 @@ def make_vec_env(
 
     check_backend(backend)
     return _BUILDERS[backend](list(env_fns), n_workers, resolve_start_method(start_method))
+
+
+# Ray (imported only when chosen): shmvec's Ray backend, and the naive one-actor-per-env VecEnv it is
+# compared with (shmvec.bench.naive_ray). Both use the running Ray connection, else start one.
+def _ray(env_fns: list[Callable[[], gym.Env]], n_workers: int | None, start_method: str) -> Any:
+    from shmvec.vec_env import ShmVecEnv
+
+    return ShmVecEnv(env_fns, n_workers=n_workers, backend="ray")
+
+
+def _ray_naive(env_fns: list[Callable[[], gym.Env]], n_workers: int | None, start_method: str) -> Any:
+    from shmvec.bench.naive_ray import NaiveRayVecEnv
+
+    return NaiveRayVecEnv(env_fns)
+
+
+register_backend("ray", _ray, takes_workers=True)
+register_backend("ray-naive", _ray_naive)

@@ -32,6 +32,7 @@ from shmvec.openmp import OpenMPPauser
 from shmvec.protocol import Command
 from shmvec.restart import Fault
 from shmvec.ring import Ring
+from shmvec.transports import pool_class
 
 # Commands after which restart mode rebuilds a worker whose env raised (its envs may be mid-step).
 _RESTART_ON_ENV_ERROR = (Command.STEP, Command.RESET)
@@ -82,7 +83,8 @@ class Engine:
         self.slots = Slots(opts.n_slots, opts.copy)
         self._stepping: list[int] = list(range(self.n_workers))
         self._posted_faults: list[Fault] = []
-        self.pool = WorkerPool(
+        # The local WorkerPool, or the Ray transport with the same interface (backend="ray").
+        self.pool: WorkerPool = pool_class(opts.backend, opts.ray_options)(
             ctx,
             self.start_method,
             self.worker_envs,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import multiprocessing as mp
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, Any
 
@@ -16,6 +16,7 @@ from shmvec.engine.pool import usable_cpus
 from shmvec.frame_stack import ChannelsOrder, stacked_factory
 from shmvec.layout import Leaf
 from shmvec.restart import ON_CRASH_MODES, RestartBudget
+from shmvec.transports import check_backend, default_codecs
 
 if TYPE_CHECKING:
     from shmvec.fidelity import Tolerance
@@ -48,6 +49,8 @@ class Options:
     frame_stack: int | None = None
     frame_stack_channels_order: ChannelsOrder = None
     info_keys: Any = "auto"
+    backend: str = "local"
+    ray_options: Mapping[str, Any] | None = None
 
     @classmethod
     def pick(cls, values: dict[str, Any], **overrides: Any) -> Options:
@@ -87,6 +90,7 @@ class Options:
         if self.autoreset not in AUTORESET_MODES:
             raise ValueError(f"autoreset must be one of {AUTORESET_MODES}, got {self.autoreset!r}")
         RestartBudget(self.max_restarts, self.restart_window)  # checks its own arguments
+        check_backend(self.backend, self.ray_options)
         fs = self.frame_stack
         if fs is not None and (isinstance(fs, bool) or not isinstance(fs, int) or fs < 1):
             raise ValueError(f"frame_stack must be a whole number >= 1 or None, got {fs!r}")
@@ -118,7 +122,8 @@ class Options:
     def leaf_codecs(self, obs_leaves: list[Leaf]) -> tuple[Codec | None, ...] | None:
         """The codec of each observation leaf, or None when nothing is encoded (the default path)."""
         if self.codec is None:
-            return None
+            # Ray: observations cross the network, so they are encoded unless the user says otherwise.
+            return None if self.backend == "local" else default_codecs(obs_leaves)
         from shmvec.codecs import per_leaf
         from shmvec.codecs.channel import check_lossy
 

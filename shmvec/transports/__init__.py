@@ -1,0 +1,75 @@
+"""Transports: how the engine reaches its workers.
+
+``"local"`` (the default): worker processes on this machine, pipes and one shared-memory ring
+(:class:`shmvec.engine.pool.WorkerPool`). ``"ray"``: each worker is a Ray actor, possibly on another
+machine; observations travel encoded by the codecs as Ray return values
+(:mod:`shmvec.transports.ray_pool`). Both serve the same commands with the same worker loop
+(:mod:`shmvec.worker`) and give the engine the same interface, so the faces do not know which one
+runs.
+
+This module imports no Ray: the local backend never loads it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from shmvec.layout import Leaf
+
+if TYPE_CHECKING:
+    from shmvec.codecs import Codec
+
+BACKENDS = ("local", "ray")
+
+# Leaves smaller than this (bytes) travel raw on the Ray wire: a codec call costs more than it saves.
+SMALL_LEAF_BYTES = 1024
+# The default codec of the Ray backend, best first (lossless; the first whose libraries import).
+RAY_CODEC_ORDER = ("delta", "zstd", "lz4")
+
+
+def check_backend(backend: str, ray_options: Mapping[str, Any] | None) -> None:
+    """:raises ValueError: for an unknown backend, or ``ray_options`` without ``backend="ray"``;
+    :raises TypeError: for ``ray_options`` that is not a mapping."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    if ray_options is None:
+        return
+    if not isinstance(ray_options, Mapping):
+        raise TypeError(
+            f"ray_options must be a dict of Ray actor options (num_cpus, resources, "
+            f"scheduling_strategy...), got {type(ray_options).__name__}"
+        )
+    if backend != "ray":
+        raise ValueError(f"ray_options needs backend='ray', got backend={backend!r}")
+
+
+def default_codecs(obs_leaves: list[Leaf]) -> tuple[Codec | None, ...] | None:
+    """The Ray backend's codec per observation leaf when the user chose none: ``delta`` (lossless;
+    868-1,188x on Atari frames) for leaves of at least :data:`SMALL_LEAF_BYTES`, else the next of
+    :data:`RAY_CODEC_ORDER` that is installed; small leaves raw. None when every leaf stays raw."""
+    from shmvec.codecs import available, get
+
+    installed = available()
+    name = next((n for n in RAY_CODEC_ORDER if n in installed), None)
+    if name is None:
+        return None
+    codecs = tuple(get(name) if leaf.nbytes >= SMALL_LEAF_BYTES else None for leaf in obs_leaves)
+    return None if all(c is None for c in codecs) else codecs
+
+
+def pool_class(backend: str, ray_options: Mapping[str, Any] | None) -> Callable[..., Any]:
+    """What builds the engine's worker pool for ``backend``, called with the arguments of
+    :class:`shmvec.engine.pool.WorkerPool`."""
+    if backend == "ray":
+        import functools
+
+        from shmvec.transports.ray_pool import RayPool  # imports Ray: only for this backend
+
+        return functools.partial(RayPool, ray_options=ray_options)
+    from shmvec.engine.pool import WorkerPool
+
+    return WorkerPool
+
+
+__all__ = ["BACKENDS", "check_backend", "default_codecs", "pool_class"]

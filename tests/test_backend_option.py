@@ -1,0 +1,68 @@
+"""The ``backend`` and ``ray_options`` parameters, checked without Ray: bad values are one-line
+errors before anything starts, and the local backend never imports Ray."""
+
+from __future__ import annotations
+
+import pytest
+
+from shmvec import ShmVecEnv, ShmVectorEnv
+from tests.envs import make_dict_env
+from tests.helpers import run_script
+
+
+@pytest.mark.parametrize("face", [ShmVecEnv, ShmVectorEnv])
+def test_unknown_backend_is_named(no_leaks, face):
+    with pytest.raises(ValueError, match=r"backend must be one of \('local', 'ray'\), got 'rey'"):
+        face([make_dict_env], backend="rey")
+
+
+def test_ray_options_need_the_ray_backend(no_leaks):
+    with pytest.raises(ValueError, match=r"ray_options needs backend='ray', got backend='local'"):
+        ShmVecEnv([make_dict_env], ray_options={"num_cpus": 1})
+
+
+def test_ray_options_must_be_a_mapping(no_leaks):
+    with pytest.raises(TypeError, match=r"ray_options must be a dict of Ray actor options.*got list"):
+        ShmVecEnv([make_dict_env], backend="ray", ray_options=[("num_cpus", 1)])
+
+
+def test_local_backend_never_imports_ray(tmp_path):
+    proc = run_script(
+        tmp_path / "local.py",
+        """
+        import sys
+        import numpy as np
+        import shmvec
+        from shmvec import ShmVectorEnv
+        from tests.envs import make_dict_env
+
+        if __name__ == "__main__":
+            # The Gymnasium face: the same engine without SB3's (slow) import.
+            venv = ShmVectorEnv([make_dict_env] * 2, start_method="fork", codec="delta")
+            venv.reset()
+            venv.step(np.zeros((2, 2), np.float32))
+            venv.close()
+            assert "ray" not in sys.modules, "the local backend imported Ray"
+            print("ok")
+        """,
+    )
+    assert proc.returncode == 0 and "ok" in proc.stdout, proc.stderr[-2000:]
+
+
+def test_ray_backend_without_ray_says_what_to_install(tmp_path):
+    proc = run_script(
+        tmp_path / "noray.py",
+        """
+        import sys
+        sys.modules["ray"] = None  # as if Ray were not installed
+        from shmvec import ShmVectorEnv
+        from tests.envs import make_dict_env
+
+        if __name__ == "__main__":
+            try:
+                ShmVectorEnv([make_dict_env], backend="ray")
+            except ImportError as exc:
+                print("error:", exc)
+        """,
+    )
+    assert 'error: backend="ray" needs Ray: pip install "shmvec[ray]"' in proc.stdout, proc.stderr[-2000:]

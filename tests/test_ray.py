@@ -1,0 +1,321 @@
+"""backend="ray": workers as Ray actors on a local two-node cluster (every process on 127.0.0.1).
+
+Compared array for array with DummyVecEnv / SyncVectorEnv; actors killed on purpose; what close()
+leaves behind counted. One cluster for the module (Ray start-up is ~15 s on 2 cores); slow-marked,
+CI installs the ``[ray]`` extra before its slow step.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import time
+
+import numpy as np
+import pytest
+
+from tests.ray_helpers import CorruptingCodec, loopback_environ, start_cluster
+
+loopback_environ()  # before Ray is imported
+ray = pytest.importorskip("ray", reason='Ray is not installed (pip install -e ".[ray]")')
+
+import gymnasium as gym  # noqa: E402
+from stable_baselines3.common.vec_env import DummyVecEnv  # noqa: E402
+
+from shmvec import CodecMismatchError, EnvTimeoutError, ShmVecEnv, ShmVectorEnv, WorkerCrashedError  # noqa: E402
+from tests.conftest import shm_segments  # noqa: E402
+from tests.envs import DictImageEnv, SlowStepEnv, make_dict_env  # noqa: E402
+from tests.helpers import assert_obs_equal, assert_step_equal, sample_actions  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+# 32x32x3 images (3 KiB): above the size the Ray backend encodes by default.
+DICT32 = functools.partial(make_dict_env, 32, 12)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    cluster = start_cluster(2)
+    addresses = {node["NodeManagerAddress"] for node in ray.nodes()}
+    assert addresses == {"127.0.0.1"}, f"a Ray node is not on loopback: {addresses}"
+    yield cluster
+    ray.shutdown()
+    cluster.shutdown()
+    shutil.rmtree(os.environ["RAY_TMPDIR"], ignore_errors=True)
+
+
+@pytest.fixture
+def leaks(cluster):
+    """Fail if a test leaves a shared-memory segment, or leaves the driver's Ray connection changed."""
+    segments = shm_segments()
+    address = ray.get_runtime_context().gcs_address
+    yield
+    assert shm_segments() - segments == set(), "shared-memory segments leaked"
+    assert ray.is_initialized() and ray.get_runtime_context().gcs_address == address
+
+
+def assert_actors_dead(actors: list, within: float = 30.0) -> None:
+    """Every actor is dead, or dies within ``within`` seconds (ray.kill takes effect asynchronously:
+    a call made at once may still be served)."""
+    deadline = time.monotonic() + within
+    for actor in actors:
+        while True:
+            try:
+                ray.get(actor.ready.remote(), timeout=within)
+            except ray.exceptions.RayActorError:
+                break
+            assert time.monotonic() < deadline, f"{actor} still alive {within} s after close()"
+            time.sleep(0.2)
+
+
+@pytest.mark.parametrize("codec", [None, "raw"], ids=["default-codec", "raw"])
+def test_same_as_dummy_vec_env(leaks, codec):
+    """Dict image env, 5 envs unevenly split over 2 actors, episodes ending both ways, infos, seeds."""
+    fns = [DICT32] * 5
+    venv = ShmVecEnv(fns, n_workers=2, backend="ray", codec=codec, verify_every=1)
+    actors = venv.actors
+    want = DummyVecEnv(fns)
+    try:
+        assert len(actors) == 2 and venv.worker_envs == [range(0, 3), range(3, 5)]
+        expected_codec = "DeltaCodec" if codec is None else "RawCodec"
+        codecs = {part.leaf.name: repr(part.codec) for part in venv._eng.reader.decoded.values()}
+        assert expected_codec in codecs["image"], codecs
+        for v in (venv, want):
+            v.seed(7)
+        assert_obs_equal(venv.reset(), want.reset())
+        assert venv.reset_infos == want.reset_infos
+        rng = np.random.default_rng(0)
+        for t in range(40):
+            actions = sample_actions(venv.action_space, 5, rng)
+            assert_step_equal(venv.step(actions), want.step(actions), t)
+        assert venv.get_attr("size", indices=[1, -1]) == [32, 32]
+        venv.set_attr("max_len", 3, indices=4)
+        want.set_attr("max_len", 3, indices=4)
+        assert venv.env_method("get_wrapper_attr", "max_len") == want.env_method(
+            "get_wrapper_attr", "max_len"
+        )
+        assert venv.env_is_wrapped(gym.wrappers.TimeLimit) == want.env_is_wrapped(gym.wrappers.TimeLimit)
+        for a, b in zip(venv.get_images(), want.get_images()):
+            assert_obs_equal(a, b, "render")
+        for t in range(40, 60):
+            actions = sample_actions(venv.action_space, 5, rng)
+            assert_step_equal(venv.step(actions), want.step(actions), t)
+    finally:
+        venv.close()
+        want.close()
+    assert_actors_dead(actors)
+
+
+def test_gymnasium_face_same_as_sync_vector_env(leaks):
+    fns = [DICT32] * 3
+    venv = ShmVectorEnv(fns, n_workers=2, backend="ray", verify_every=1)
+    want = gym.vector.SyncVectorEnv(fns)
+    try:
+        obs, infos = venv.reset(seed=5)
+        w_obs, w_infos = want.reset(seed=5)
+        assert_obs_equal(obs, w_obs)
+        rng = np.random.default_rng(1)
+        for t in range(40):
+            actions = sample_actions(want.single_action_space, 3, rng)
+            got, exp = venv.step(actions), want.step(actions)
+            for k, (a, b) in enumerate(zip(got[:4], exp[:4])):
+                assert_obs_equal(a, b, f"step {t} item {k}")
+            assert got[4].keys() == exp[4].keys(), f"step {t} infos"
+        assert venv.render()[0].shape == want.render()[0].shape
+    finally:
+        venv.close()
+        want.close()
+
+
+def test_actors_spread_over_nodes(leaks):
+    venv = ShmVecEnv([DICT32] * 4, n_workers=2, backend="ray", ray_options={"scheduling_strategy": "SPREAD"})
+    try:
+        nodes = venv._eng.pool.nodes
+        assert len(set(nodes)) == 2, f"both actors on one node: {nodes}"
+        assert {n["NodeID"] for n in ray.nodes()} == set(nodes)
+    finally:
+        venv.close()
+
+
+@pytest.mark.timeout(120)
+def test_killed_actor_is_a_worker_crash_naming_its_envs(leaks):
+    venv = ShmVecEnv([DICT32] * 5, n_workers=2, backend="ray")
+    actors = venv.actors
+    venv.reset()
+    venv.step(np.zeros((5, 2), np.float32))
+    ray.kill(actors[1])
+    with pytest.raises(WorkerCrashedError, match=r"worker 1 \(pid \d+, envs 3\.\.4\), a Ray actor") as info:
+        for _ in range(20):  # Ray reports the death within a few calls at most
+            venv.step(np.zeros((5, 2), np.float32))
+    assert (info.value.worker_index, info.value.env_indices) == (1, [3, 4])
+    assert venv.closed
+    assert_actors_dead(actors)
+
+
+def test_restart_mode_recreates_the_actor_and_ends_its_episodes_truncated(leaks):
+    venv = ShmVecEnv([DICT32] * 5, n_workers=2, backend="ray", on_crash="restart", verify_every=1)
+    try:
+        venv.reset()
+        actions = np.zeros((5, 2), np.float32)
+        venv.step(actions)
+        old = venv.actors[0]
+        ray.kill(old)
+        for _ in range(20):
+            _, _, dones, infos = venv.step(actions)
+            if venv.n_restarts:
+                break
+        assert venv.n_restarts == 1
+        for i in range(3):
+            assert dones[i] and infos[i]["TimeLimit.truncated"] and infos[i]["shmvec.restarted"]
+            assert "terminal_observation" in infos[i]
+        assert not any(infos[i].get("shmvec.restarted") for i in (3, 4))
+        assert venv.actors[0] != old
+        for _ in range(30):  # the rebuilt actor steps on, codec streams in step (verify_every=1)
+            venv.step(actions)
+    finally:
+        venv.close()
+
+
+def test_hung_actor_times_out(leaks):
+    venv = ShmVecEnv([functools.partial(SlowStepEnv, 60.0)] * 2, n_workers=2, backend="ray", timeout=2.0)
+    actors = venv.actors
+    venv.reset()
+    with pytest.raises(
+        EnvTimeoutError, match=r"worker 0 \(pid \d+, envs 0\.\.0\) did not answer step within 2 s"
+    ):
+        venv.step(np.zeros(2, np.int64))
+    assert venv.closed
+    assert_actors_dead(actors)
+
+
+def test_checksum_catches_a_corrupted_frame(leaks):
+    fns = [functools.partial(DictImageEnv, 32, 50)] * 2
+    venv = ShmVecEnv(fns, n_workers=1, backend="ray", codec={"image": CorruptingCodec()}, verify_every=1)
+    try:
+        venv.reset()  # frames 1 and 2
+        venv.step(np.zeros((2, 2), np.float32))  # 3 and 4: env 1's is corrupted
+        pytest.fail("the corrupted frame was not noticed")
+    except CodecMismatchError as exc:
+        assert (exc.env_index, exc.key) == (1, "image")
+    finally:
+        venv.close()
+
+
+def test_close_kills_every_actor_and_frees_their_cpus(leaks):
+    total = ray.cluster_resources()["CPU"]
+    venv = ShmVecEnv([DICT32] * 2, n_workers=2, backend="ray", ray_options={"num_cpus": 1})
+    actors = venv.actors
+    assert ray.available_resources().get("CPU", 0) == 0  # both 1-CPU nodes taken
+    venv.close()
+    venv.close()  # idempotent
+    assert_actors_dead(actors)
+    deadline = time.monotonic() + 30
+    while ray.available_resources().get("CPU", 0) < total and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert ray.available_resources().get("CPU", 0) == total
+
+
+def test_ppo_parameters_identical_to_dummy_vec_env(leaks):
+    import torch
+
+    from tests.test_sb3 import ALGOS, _train
+
+    kwargs = dict(ALGOS["ppo"])
+    algo, policy = kwargs.pop("algo"), kwargs.pop("policy")
+    torch.set_num_threads(1)
+    want = _train(algo, DummyVecEnv, policy=policy, **kwargs)
+    got = _train(algo, ShmVecEnv, vec_env_kwargs={"backend": "ray", "n_workers": 2}, policy=policy, **kwargs)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_starts_and_shuts_down_its_own_ray_when_none_is_running(cluster, monkeypatch):
+    """Without a connection: one of its own (ray.init(), which joins the cluster named by RAY_ADDRESS
+    as for a user's script), shared by every VecEnv that needs it, shut down when the last closes."""
+    address = cluster.address
+    # Without it ray.init() finds this cluster_utils cluster through its session files, and actors
+    # created on that connection die before they start (seen with Ray 2.60 after ray.shutdown()).
+    monkeypatch.setenv("RAY_ADDRESS", address)
+    ray.shutdown()
+    try:
+        first = ShmVecEnv([DICT32] * 2, n_workers=1, backend="ray")
+        second = ShmVectorEnv([DICT32] * 2, n_workers=1, backend="ray")
+        assert ray.is_initialized()
+        first.reset()
+        first.close()
+        assert ray.is_initialized(), "closing one VecEnv cut the connection the other one uses"
+        second.reset(seed=1)
+        second.close()
+        assert not ray.is_initialized()
+    finally:
+        if not ray.is_initialized():
+            ray.init(address=address)
+
+
+def test_ppo_training_goes_on_after_an_actor_is_killed(leaks):
+    import torch
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.env_util import make_vec_env
+
+    from tests.envs import TinyImageEnv
+
+    class KillOnce(BaseCallback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.truncated_by_restart = 0
+
+        def _on_step(self) -> bool:
+            if self.n_calls == 10:
+                ray.kill(self.training_env.unwrapped.actors[1])
+            for info in self.locals["infos"]:
+                if info.get("shmvec.restarted"):
+                    assert info["TimeLimit.truncated"]
+                    self.truncated_by_restart += 1
+            return True
+
+    torch.set_num_threads(1)
+    venv = make_vec_env(
+        TinyImageEnv,
+        n_envs=4,
+        seed=3,
+        vec_env_cls=ShmVecEnv,
+        vec_env_kwargs={"backend": "ray", "n_workers": 2, "on_crash": "restart"},
+    )
+    try:
+        model = PPO("CnnPolicy", venv, n_steps=32, batch_size=64, n_epochs=1, seed=3, device="cpu")
+        callback = KillOnce()
+        model.learn(256, callback=callback)
+        assert venv.n_restarts == 1
+        assert callback.truncated_by_restart == 2  # the killed actor's two envs, once
+        assert model.num_timesteps >= 256
+    finally:
+        venv.close()
+
+
+@pytest.mark.parametrize("backend", ["ray", "ray-naive"])
+def test_bench_backends_step_like_dummy_vec_env(leaks, backend):
+    """`shmvec bench --backends ray,ray-naive`: both built from the same factories, same batches."""
+    from shmvec.bench.backends import make_vec_env
+
+    fns = [DICT32] * 3
+    venv = make_vec_env(backend, fns, n_workers=2)
+    want = DummyVecEnv(fns)
+    try:
+        venv.seed(4)
+        want.seed(4)
+        obs = venv.reset()
+        w_obs = want.reset()
+        for k in w_obs:
+            np.testing.assert_array_equal(obs[k], w_obs[k])
+        for t in range(15):
+            actions = sample_actions(want.action_space, 3, np.random.default_rng(t))
+            venv.step_async(actions)
+            _, rewards, dones, _ = venv.step_wait()
+            _, w_rewards, w_dones, _ = want.step(actions)
+            np.testing.assert_array_equal(rewards, w_rewards)
+            np.testing.assert_array_equal(dones, w_dones)
+    finally:
+        venv.close()
+        want.close()
