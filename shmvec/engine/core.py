@@ -100,8 +100,10 @@ class Engine:
             self.obs_leaves: list[Leaf] = leaves(self.observation_space)
             codecs = opts.leaf_codecs(self.obs_leaves)
             action_leaf = array_action_leaf(self.action_space)
+            # Ray actors send their infos pickled in the step's one return value anyway: no columns.
+            columns = columns_for(opts.info_keys) if opts.backend == "local" else 0
             ring = self.res.ring = Ring.create(
-                self.obs_leaves, n_envs, opts.n_slots, action_leaf, codecs, columns_for(opts.info_keys)
+                self.obs_leaves, n_envs, opts.n_slots, action_leaf, codecs, columns
             )
             self.typed_infos = TypedInfos(opts.info_keys, ring)
             self.closed = False
