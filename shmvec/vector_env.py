@@ -177,12 +177,13 @@ class ShmVectorEnv(PoolMethods, VectorEnv):
             options = dict(options)
             mask = _check_mask(options.pop("reset_mask"), n)
         if self._pool is not None:
-            self._pool.drain()  # pool mode: steps in flight are waited for and dropped
+            self._pool.drain()  # steps in flight (send/recv) are waited for and dropped
+            self._pool = None if self.batch_size == n else self._pool  # step() may follow
         arrays, reset_infos = self._eng.reset(seeds, [options] * n, mask)
-        if self._pool is not None:
+        if self.batch_size < n:
             # Every env is now idle; send() with env_ids=None answers all of them. Copies: the pool
             # rotates ring slots per worker and would overwrite a lent batch.
-            self._pool.after_reset(arrays)
+            self._scheduler().after_reset(arrays)
             arrays = [a.copy() for a in arrays] if self.copy else arrays
         infos: dict[str, Any] = {}
         for i, info in enumerate(reset_infos):
@@ -211,14 +212,18 @@ class ShmVectorEnv(PoolMethods, VectorEnv):
         terminations, truncations, infos)``.
 
         :raises ValueError: if there are not ``num_envs`` actions (before any env steps).
-        :raises RuntimeError: in pool mode (``batch_size < num_envs``).
+        :raises RuntimeError: in pool mode (``batch_size < num_envs``), or after :meth:`async_reset`
+            until :meth:`reset`.
         """
         if self.batch_size < self.num_envs:
             raise RuntimeError(
                 f"step() needs every env; with batch_size={self.batch_size} < num_envs={self.num_envs} "
                 "use send()/recv() (pool mode)"
             )
-        self._check_pool_idle("step")
+        if self._pool is not None:
+            raise RuntimeError(
+                "step() after async_reset(): this env is driven by send()/recv(); reset() first"
+            )
         engine = self._eng
         engine.step_async(actions)
         batch = engine.step_wait()

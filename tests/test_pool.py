@@ -168,6 +168,8 @@ def test_full_batch_step_and_recv_agree(no_leaks):
         assert got[4]["env_id"].tolist() == [0, 1, 2, 3, 4]
         for x, y in zip(got[:4], want[:4]):
             assert_obs_equal(x, y)
+        with pytest.raises(RuntimeError, match=r"step\(\) after async_reset\(\)"):
+            a.step(actions)
         a.reset(seed=1)
         a.step(actions)
 

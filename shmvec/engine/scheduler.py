@@ -147,8 +147,11 @@ class PoolScheduler:
         return int(self.owner[i])
 
     def _advance(self, w: int) -> int:
+        """The slot worker ``w`` writes next: not the one the caller saw last (restart mode carries
+        it over), nor one whose arrays a synchronous ``step()``/``reset()`` lent and are still used."""
         self.prev[w] = self.slot[w]
-        self.slot[w] = (self.slot[w] + 1) % self.n_slots
+        after = [(self.slot[w] + k) % self.n_slots for k in range(1, self.n_slots)] or [self.slot[w]]
+        self.slot[w] = next((s for s in after if self.engine.slots.free(s)), after[0])
         return self.slot[w]
 
     def _deadline(self) -> float:
