@@ -352,3 +352,26 @@ def test_fault_in_restart_mode(no_leaks, fault, order):
         assert (results[4][1], results[4][3]) == (0.0, False)  # the reset step of the new episode
         for r in results[:3] + results[4:]:
             assert RESTARTED_KEY not in r[4]
+
+
+# ---------------------------------------------------------------- bench backend
+
+
+def test_bench_pool_backend_counts_batch_steps(no_leaks):
+    """``shm-pool`` in ``shmvec bench``: a batch step steps batch_size envs, and steps/s counts them."""
+    from shmvec.bench.runner import BenchSpec, run
+
+    spec = BenchSpec(
+        env="tests.envs:make_small_synthetic",
+        backends=("shm-pool",),
+        n_envs=(1, 4),
+        batch_size=2,
+        repeats=1,
+        seconds=0.3,
+        start_method="fork",
+    )
+    (point,) = run(spec).points  # n_envs=1 < batch_size is skipped
+    assert point.config.label == "shm-pool n=4 b=2"
+    (sample,) = point.samples
+    assert sample.steps_per_s == pytest.approx(2 / sample.step_s)
+    assert sample.processes == 2
