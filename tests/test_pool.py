@@ -375,3 +375,19 @@ def test_bench_pool_backend_counts_batch_steps(no_leaks):
     (sample,) = point.samples
     assert sample.steps_per_s == pytest.approx(2 / sample.step_s)
     assert sample.processes == 2
+
+
+def test_recv_blocks_without_spinning(no_leaks):
+    """While recv() waits for envs that sleep 0.3 s, the main process uses almost no CPU (a loop
+    that polled instead of blocking would burn the whole wait). CPU time, not wall-clock time."""
+    fns = [functools.partial(FaultyEnv, delay=0.3)] * 2
+    with closing(make(fns, batch_size=1, n_workers=2)) as env:
+        env.async_reset(seed=0)
+        env.recv()
+        env.recv()
+        env.send(np.zeros(1, np.int64), [0])
+        env.send(np.zeros(1, np.int64), [1])
+        cpu = time.process_time()
+        env.recv()
+        env.recv()
+        assert time.process_time() - cpu < 0.1
