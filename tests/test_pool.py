@@ -378,9 +378,10 @@ def test_bench_pool_backend_counts_batch_steps(no_leaks):
 
 
 def test_recv_blocks_without_spinning(no_leaks):
-    """While recv() waits for envs that sleep 0.3 s, the main process uses almost no CPU (a loop
-    that polled instead of blocking would burn the whole wait). CPU time, not wall-clock time."""
-    fns = [functools.partial(FaultyEnv, delay=0.3)] * 2
+    """While recv() waits for envs that sleep 0.5 s, the main process uses almost no CPU: a loop
+    that polled instead of blocking burns the wait (measured: 0.09 s of CPU in 0.3 s at a load of 6
+    on 2 cores, its fair share). CPU time, not wall-clock time."""
+    fns = [functools.partial(FaultyEnv, delay=0.5)] * 2
     with closing(make(fns, batch_size=1, n_workers=2)) as env:
         env.async_reset(seed=0)
         env.recv()
@@ -390,4 +391,4 @@ def test_recv_blocks_without_spinning(no_leaks):
         cpu = time.process_time()
         env.recv()
         env.recv()
-        assert time.process_time() - cpu < 0.1
+        assert time.process_time() - cpu < 0.03
