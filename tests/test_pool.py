@@ -70,10 +70,10 @@ def alone(fn, env_id: int, seed: int, steps: int) -> list[tuple]:
 
 
 def run_pool(
-    env: ShmVectorEnv, batches: int, seed: int = 0, each: int = 0
+    env: ShmVectorEnv, batches: int, seed: int = 0, each: int = 0, as_list: bool = False
 ) -> tuple[dict[int, list[tuple]], list[list[int]]]:
     """Drive ``env`` for ``batches`` recv calls, and on until every env has ``each`` results; each
-    env's results in order, and each batch's ids."""
+    env's results in order, and each batch's ids. ``as_list``: send actions as a list (pickled)."""
     space = env.single_action_space
     counts: dict[int, int] = defaultdict(int)
     got: dict[int, list[tuple]] = defaultdict(list)
@@ -93,7 +93,7 @@ def run_pool(
         actions = np.array([action_for(space, i, counts[i]) for i in ids.tolist()])
         for i in ids.tolist():
             counts[i] += 1
-        env.send(actions, ids)
+        env.send(list(actions) if as_list else actions, ids)
     return got, order
 
 
@@ -129,10 +129,12 @@ def test_each_env_matches_itself_alone(no_leaks, order, batch_size):
     check_trajectories(FAULTY, got)
 
 
-def test_dict_env_with_box_actions(no_leaks):
+@pytest.mark.parametrize("as_list", [False, True], ids=["array", "list"])
+def test_dict_env_with_box_actions(no_leaks, as_list):
+    """Box actions through the ring's action buffer (an array) or pickled (a list of arrays)."""
     fn = functools.partial(DictImageEnv, 8, 6)
     with closing(make([fn] * 6, batch_size=2, n_workers=3)) as env:
-        got, _ = run_pool(env, 24, seed=3)
+        got, _ = run_pool(env, 24, seed=3, as_list=as_list)
     check_trajectories(fn, got, seed=3)
 
 
@@ -219,7 +221,7 @@ def test_refused_calls(no_leaks):
         env.async_reset(seed=0)
         with pytest.raises(RuntimeError, match=r"step\(\) needs every env; with batch_size=2 < num_envs=4"):
             env.step(np.zeros(4, np.int64))
-        with pytest.raises(ValueError, match="env 0 is still stepping"):
+        with pytest.raises(ValueError, match="env 0's previous step was not received yet"):
             env.send(np.zeros(2, np.int64), [0, 1])
         with pytest.raises(RuntimeError, match=r"call\(\) called while envs are stepping"):
             env.get_attr("steps")
@@ -234,7 +236,7 @@ def test_refused_calls(no_leaks):
         env.send(np.zeros(1, np.int64), ids[:1])  # half a group: held until the rest comes
         with pytest.raises(ValueError, match="already has an action waiting"):
             env.send(np.zeros(1, np.int64), ids[:1])
-        env.send(np.zeros(1, np.int64), ids[1:])
+        env.send([0], ids[1:])  # the rest of the group, as a list (pickled, not through the ring)
         env.recv()
         obs, _ = env.reset(seed=0)  # drains what is in flight
         assert obs.shape == (4, 4, 4, 1)
@@ -330,11 +332,22 @@ def test_fault_in_raise_mode(no_leaks, fault, order):
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("order", ORDERS)
 # hang: the rebuilt env hangs again at its own third step, and close() waits out its grace (5 s).
-@pytest.mark.parametrize("fault", ["kill", "raise", pytest.param("hang", marks=pytest.mark.slow)])
-def test_fault_in_restart_mode(no_leaks, fault, order):
+@pytest.mark.parametrize(
+    "fault,codec",
+    [("kill", None), ("raise", None), ("kill", "lz4"), pytest.param("hang", None, marks=pytest.mark.slow)],
+)
+def test_fault_in_restart_mode(no_leaks, fault, codec, order):
     """The victim's worker is rebuilt: its envs end their episode (truncated, reward 0, the last
     observation seen, restart keys) in place of the lost step; worker 0's envs lose no step."""
-    env = make(faulty(fault), batch_size=2, n_workers=2, on_crash="restart", timeout=1.0, pool_order=order)
+    env = make(
+        faulty(fault),
+        batch_size=2,
+        n_workers=2,
+        on_crash="restart",
+        timeout=1.0,
+        pool_order=order,
+        codec=codec,
+    )
     with closing(env):
         got = drive(env, 7)
         assert env.n_restarts == 1

@@ -221,8 +221,8 @@ class PoolScheduler:
             if w in self.in_flight or w in self.ready:
                 g = self.groups[w]
                 raise ValueError(
-                    f"send(): env {i} is still stepping (worker {w} steps envs {g.start}..{g.stop - 1} "
-                    "together): recv() its result before sending it a new action"
+                    f"send(): env {i}'s previous step was not received yet (worker {w} steps envs "
+                    f"{g.start}..{g.stop - 1} together): recv() it before sending a new action"
                 )
             if i - self.groups[w].start in self.pending.get(w, {}):
                 raise ValueError(f"send(): env {i} already has an action waiting for the rest of its group")
