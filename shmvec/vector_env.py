@@ -114,6 +114,7 @@ class ShmVectorEnv(PoolMethods, VectorEnv):
         mode = to_autoreset_mode(autoreset_mode)
         self._engine: Engine | None = None
         self._pool: PoolScheduler | None = None
+        env_fns = list(env_fns)
         n_envs = len(env_fns)
         if pool_order not in POOL_ORDERS:
             raise ValueError(f"pool_order must be one of {POOL_ORDERS}, got {pool_order!r}")
