@@ -405,3 +405,10 @@ def test_recv_blocks_without_spinning(no_leaks):
         env.recv()
         env.recv()
         assert time.process_time() - cpu < 0.03
+
+
+def test_bench_pool_backend_is_not_trained_on():
+    from shmvec.bench.train import check_train_args
+
+    with pytest.raises(ValueError, match="backend 'shm-pool' is not an SB3 VecEnv and cannot be trained on"):
+        check_train_args("tests.envs:make_small_synthetic", ["shm-pool"], "ppo:CnnPolicy", 2, 64, [0])

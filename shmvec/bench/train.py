@@ -26,7 +26,7 @@ from shmvec.bench.policy import algo_class, parse_policy
 # Backends that must train identically to DummyVecEnv for the same seed.
 EQUIVALENT = ("dummy", "shm")
 # The async adapter is not an SB3 VecEnv: SB3 cannot train on it.
-_NOT_TRAINABLE = ("async",)
+_NOT_TRAINABLE = ("async", "shm-pool")
 
 
 @dataclass
