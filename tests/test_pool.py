@@ -411,4 +411,4 @@ def test_bench_pool_backend_is_not_trained_on():
     from shmvec.bench.train import check_train_args
 
     with pytest.raises(ValueError, match="backend 'shm-pool' is not an SB3 VecEnv and cannot be trained on"):
-        check_train_args("tests.envs:make_small_synthetic", ["shm-pool"], "ppo:CnnPolicy", 2, 64, [0])
+        check_train_args("tests.envs:make_small_synthetic", ["shm-pool"], "ppo:CnnPolicy", 2, 64, [0], None)
