@@ -21,6 +21,7 @@ import pytest
 from gymnasium import spaces
 
 from shmvec import ClosedError, EnvError, EnvTimeoutError, ShmVectorEnv, WorkerCrashedError
+from shmvec.engine.scheduler import pool_workers
 from shmvec.restart import REASON_KEY, RESTARTED_KEY
 from shmvec.vector_pool import _BatchInfos
 from tests.envs import DictImageEnv, FaultyEnv
@@ -263,6 +264,15 @@ def test_refused_calls(no_leaks):
 def test_bad_pool_options(no_leaks, kwargs, message):
     with pytest.raises(ValueError, match=message):
         make([FAULTY] * 6, **kwargs)
+
+
+@pytest.mark.parametrize(
+    "num_envs,batch_size,cpus,want",
+    [(16, 8, 2, 2), (16, 8, 8, 8), (16, 8, 3, 4), (6, 4, 2, 3), (6, 1, 2, 6), (5, 5, 2, None), (7, 3, 2, 7)],
+)
+def test_pool_workers_rule(num_envs, batch_size, cpus, want):
+    """None: the smallest worker count >= the CPUs whose equal groups fill a batch whole."""
+    assert pool_workers(num_envs, batch_size, None, cpus) == want
 
 
 def test_default_workers_fill_batches_with_whole_groups(no_leaks):
