@@ -24,7 +24,8 @@ from shmvec.codecs import CodecSpec
 from shmvec.engine.core import Engine
 from shmvec.engine.options import Options
 from shmvec.engine.pool import usable_cpus
-from shmvec.engine.scheduler import FIRST_READY, POOL_ORDERS, PoolScheduler, pool_workers
+from shmvec.engine.pool_rules import FIRST_READY, POOL_ORDERS, pool_workers
+from shmvec.engine.scheduler import PoolScheduler
 from shmvec.layout import unflatten
 from shmvec.protocol import Command
 from shmvec.vector_pool import PoolMethods
