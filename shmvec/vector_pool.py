@@ -85,7 +85,7 @@ class PoolMethods:
     def recv(self) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """The next ``batch_size`` envs to finish their step (or reset), as ``step()`` returns them
         but over the batch: ``(obs, rewards, terminations, truncations, infos)``, with
-        ``infos["env_id"]`` (int32) naming the env of each position.
+        ``infos["env_id"]`` (int32) naming the env of each position, ascending within the batch.
 
         Order (``pool_order``): ``"first_ready"`` returns the first worker groups done;
         ``"deterministic"`` returns groups in a fixed round-robin (``0, 1, ...``), the same batches

@@ -156,6 +156,18 @@ def test_copy_false_views_stay_valid_for_one_more_recv(no_leaks):
         assert_obs_equal(obs, kept, "a view one recv later")
 
 
+def test_envs_ascend_within_a_batch(no_leaks):
+    """Worker 0 is slower, so worker 1's group arrives first; the batch still lists envs 0..3 in
+    order (with batch_size == num_envs that is step()'s order)."""
+    fns = [functools.partial(FaultyEnv, delay=0.05)] * 2 + [FAULTY] * 2
+    with closing(make(fns, batch_size=4, n_workers=2)) as env:
+        env.async_reset(seed=0)
+        env.recv()
+        for _ in range(3):
+            env.send(np.zeros(4, np.int64))
+            assert env.recv()[4]["env_id"].tolist() == [0, 1, 2, 3]
+
+
 def test_full_batch_step_and_recv_agree(no_leaks):
     """batch_size == num_envs: step() still works, and recv() gives every env (uneven groups)."""
     with closing(make([FAULTY] * 5, batch_size=5, n_workers=2)) as a, closing(make([FAULTY] * 5)) as b:

@@ -309,7 +309,8 @@ class PoolScheduler:
                     self.next_worker = (self.next_worker + m) % n_workers
                     break
             self._wait()
-        return workers
+        # Within a batch, envs in ascending order (with batch_size == num_envs: env order, as step()).
+        return sorted(workers)
 
     # ------------------------------------------------------------------ waiting and failures
 
