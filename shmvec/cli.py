@@ -42,7 +42,15 @@ def _parser() -> argparse.ArgumentParser:
         default="dummy,subproc,shm",
         help="comma-separated, from: dummy, subproc, shm, async (gymnasium AsyncVectorEnv with shared "
         "memory), sync (gymnasium SyncVectorEnv), shm-vector (ShmVectorEnv), shm-auto (ShmVecEnv with "
-        "n_workers='auto'), envpool (ALE ids, needs the envpool extra); default dummy,subproc,shm",
+        "n_workers='auto'), envpool (ALE ids, needs the envpool extra), shm-pool (ShmVectorEnv pool mode: send/recv, "
+        "--batch-size envs per batch step); default dummy,subproc,shm",
+    )
+    bench.add_argument(
+        "--batch-size",
+        type=int,
+        default=None,
+        help="for shm-pool: envs per batch step (default: half of each n_envs, rounded up); use it with "
+        "--policy to measure the overlap of the policy and the envs",
     )
     bench.add_argument("--n-envs", default="1,2,4,8", help="comma-separated env counts (default 1,2,4,8)")
     bench.add_argument(
@@ -234,7 +242,7 @@ def _check_bench_args(args: argparse.Namespace) -> None:
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
     if not backends:
         raise UsageError(
-            "--backends is empty; choose from dummy, subproc, shm, async, sync, shm-vector, envpool"
+            "--backends is empty; choose from dummy, subproc, shm, async, sync, shm-vector, envpool, shm-pool"
         )
     for b in backends:
         _checked(check_backend, b)
@@ -247,6 +255,8 @@ def _check_bench_args(args: argparse.Namespace) -> None:
             raise UsageError(f"--n-workers must be integers >= 1, got {args.n_workers!r}")
     if args.repeats < 1:
         raise UsageError(f"--repeats must be >= 1, got {args.repeats}")
+    if args.batch_size is not None and args.batch_size < 1:
+        raise UsageError(f"--batch-size must be >= 1, got {args.batch_size}")
     if not args.seconds > 0:
         raise UsageError(f"--seconds must be > 0, got {args.seconds}")
     if args.budget is not None and not args.budget > 0:
@@ -296,6 +306,7 @@ def _bench_unchecked(args: argparse.Namespace) -> int:
             repeats=args.repeats,
             seconds=args.seconds,
             start_method=args.start_method,
+            batch_size=args.batch_size,
         )
         _checked(spec.validate)
         _checked(check_env_name, spec.env, **spec.env_kwargs)

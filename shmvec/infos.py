@@ -188,10 +188,15 @@ class InfoColumns:
         self.last = row = bytes(flags)
         if not any(row):
             return
-        # Consumed: a flag is good for one write only, so a worker without the schema (one being
-        # rebuilt) can never leave a stale 1 that makes old values look like this step's.
-        flags[:] = self.cleared
         wanted = None if sum(len(g) for g in envs) == self.n_envs else {i for g in envs for i in g}
+        # Consumed: a flag is good for one write only, so a worker without the schema (one being
+        # rebuilt) can never leave a stale 1 that makes old values look like this step's. Only the
+        # flags read: in pool mode other groups' rows of this slot may still be unread.
+        if wanted is None:
+            flags[:] = self.cleared
+        else:
+            for i in wanted:
+                flags[i] = 0
         make, unpack, words = self.make, self.record.unpack_from, self.words
         for i, flag in enumerate(row):
             if not flag or (wanted is not None and i not in wanted):

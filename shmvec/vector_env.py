@@ -23,9 +23,13 @@ from gymnasium.vector.utils import batch_space
 from shmvec.codecs import CodecSpec
 from shmvec.engine.core import Engine
 from shmvec.engine.options import Options
+from shmvec.engine.pool import usable_cpus
+from shmvec.engine.pool_rules import FIRST_READY, POOL_ORDERS, pool_workers
+from shmvec.engine.scheduler import PoolScheduler
 from shmvec.frame_stack import ChannelsOrder
 from shmvec.layout import unflatten
 from shmvec.protocol import Command
+from shmvec.vector_pool import PoolMethods
 
 if TYPE_CHECKING:
     from shmvec.fidelity import Tolerance
@@ -56,7 +60,7 @@ def to_autoreset_mode(mode: str | AutoresetMode) -> AutoresetMode:
         ) from None
 
 
-class ShmVectorEnv(VectorEnv):
+class ShmVectorEnv(PoolMethods, VectorEnv):
     """A ``gymnasium.vector.VectorEnv`` whose envs run in a few worker processes and hand their
     observations over in shared memory.
 
@@ -65,6 +69,15 @@ class ShmVectorEnv(VectorEnv):
     :param autoreset_mode: how an env whose episode ended is reset (default ``NEXT_STEP``): an
         ``AutoresetMode`` or ``"next_step"``, ``"same_step"``, ``"disabled"``; see
         https://farama.org/Vector-Autoreset-Mode. Stored in ``metadata["autoreset_mode"]``.
+    :param batch_size: envs per :meth:`recv` (pool mode, ``1 <= batch_size <= num_envs``); default
+        None: ``num_envs``. Below ``num_envs``, :meth:`step` is refused: use :meth:`async_reset`,
+        :meth:`send` and :meth:`recv`; autoreset must be ``NEXT_STEP``; each worker steps a group of
+        ``num_envs / n_workers`` envs and a batch is made of whole groups, so ``n_workers`` must
+        split ``num_envs`` into equal groups whose size divides ``batch_size`` (None: the smallest
+        such count >= the usable CPUs).
+    :param pool_order: which groups :meth:`recv` returns: ``"first_ready"`` (default: the first
+        done, as EnvPool; a slow env holds back only its own group) or ``"deterministic"`` (a fixed
+        round-robin of groups: the same batches in every run).
 
     Every other parameter means what it means for :class:`shmvec.ShmVecEnv` (``start_method``,
     ``n_workers``, ``copy``, ``n_slots``, ``worker_threads``, ``timeout`` in seconds, ``codec``,
@@ -112,9 +125,34 @@ class ShmVectorEnv(VectorEnv):
         info_keys: str | Mapping[str, type] | None = "auto",
         backend: str = "local",
         ray_options: Mapping[str, Any] | None = None,
+        batch_size: int | None = None,
+        pool_order: str = FIRST_READY,
     ) -> None:
         mode = to_autoreset_mode(autoreset_mode)
         self._engine: Engine | None = None
+        self._pool: PoolScheduler | None = None
+        env_fns = list(env_fns)
+        n_envs = len(env_fns)
+        if pool_order not in POOL_ORDERS:
+            raise ValueError(f"pool_order must be one of {POOL_ORDERS}, got {pool_order!r}")
+        self.pool_order = pool_order
+        self.batch_size = n_envs if batch_size is None else batch_size
+        if batch_size is not None and batch_size != n_envs:
+            if backend != "local":
+                raise ValueError(
+                    f"pool mode (batch_size < num_envs) runs on the local backend only, not {backend!r}"
+                )
+            if n_workers == "auto":
+                raise ValueError(
+                    "n_workers='auto' does not apply to pool mode (batch_size < num_envs): pass None to "
+                    "let the pool's grouping rule choose, or a count"
+                )
+        if batch_size is not None:
+            n_workers = pool_workers(n_envs, batch_size, n_workers, usable_cpus())
+            if batch_size < n_envs and mode is not AutoresetMode.NEXT_STEP:
+                raise ValueError(
+                    f"pool mode (batch_size < num_envs) needs autoreset_mode NEXT_STEP, got {mode}"
+                )
         options = Options.pick(locals(), autoreset=_ENGINE_MODES[mode])
         self._engine = engine = Engine(env_fns, start_method, options, owner="ShmVectorEnv")
         self.autoreset_mode = mode
@@ -176,6 +214,29 @@ class ShmVectorEnv(VectorEnv):
         :returns: the batched observations (envs not reset keep theirs) and the infos.
         """
         n = self.num_envs
+        seeds = self._seeds(seed)
+        mask: np.ndarray | None = None
+        if options is not None and "reset_mask" in options:
+            options = dict(options)
+            mask = _check_mask(options.pop("reset_mask"), n)
+        if self._pool is not None:
+            self._pool.drain()  # steps in flight (send/recv) are waited for and dropped
+            self._pool = None if self.batch_size == n else self._pool  # step() may follow
+        arrays, reset_infos = self._eng.reset(seeds, [options] * n, mask)
+        if self.batch_size < n:
+            # Every env is now idle; send() with env_ids=None answers all of them. Copies: the pool
+            # rotates ring slots per worker and would overwrite a lent batch.
+            self._scheduler().after_reset(arrays)
+            arrays = [a.copy() for a in arrays] if self.copy else arrays
+        infos: dict[str, Any] = {}
+        for i, info in enumerate(reset_infos):
+            if info:
+                infos = self._add_info(infos, info, i)
+        return self._obs(arrays), infos
+
+    def _seeds(self, seed: int | Sequence[int | None] | None) -> list[int | None]:
+        """One seed per env: None, ``seed + i`` for an int, or the list given."""
+        n = self.num_envs
         if seed is None:
             seeds: list[int | None] = [None] * n
         elif isinstance(seed, int):
@@ -187,23 +248,25 @@ class ShmVectorEnv(VectorEnv):
                 f"If seeds are passed as a list the length must match num_envs={n} but got "
                 f"length={len(seeds)}."
             )
-        mask: np.ndarray | None = None
-        if options is not None and "reset_mask" in options:
-            options = dict(options)
-            mask = _check_mask(options.pop("reset_mask"), n)
-        arrays, reset_infos = self._eng.reset(seeds, [options] * n, mask)
-        infos: dict[str, Any] = {}
-        for i, info in enumerate(reset_infos):
-            if info:
-                infos = self._add_info(infos, info, i)
-        return self._obs(arrays), infos
+        return seeds
 
     def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """Step every env with its action (``actions[i]``); SyncVectorEnv's ``(obs, rewards,
         terminations, truncations, infos)``.
 
         :raises ValueError: if there are not ``num_envs`` actions (before any env steps).
+        :raises RuntimeError: in pool mode (``batch_size < num_envs``), or after :meth:`async_reset`
+            until :meth:`reset`.
         """
+        if self.batch_size < self.num_envs:
+            raise RuntimeError(
+                f"step() needs every env; with batch_size={self.batch_size} < num_envs={self.num_envs} "
+                "use send()/recv() (pool mode)"
+            )
+        if self._pool is not None:
+            raise RuntimeError(
+                "step() after async_reset(): this env is driven by send()/recv(); reset() first"
+            )
         engine = self._eng
         engine.step_async(actions)
         batch = engine.step_wait()
@@ -227,6 +290,7 @@ class ShmVectorEnv(VectorEnv):
         """``env.get_wrapper_attr(name)(*args, **kwargs)`` of every env, or the attribute's value when
         it is not callable (as SyncVectorEnv). ``name`` is positional-only, so a method's own ``name``
         keyword reaches the env."""
+        self._check_pool_idle("call")
         return tuple(self._eng.call(Command.CALL, range(self.num_envs), name, args, kwargs))
 
     def get_attr(self, name: str) -> tuple[Any, ...]:
@@ -239,6 +303,7 @@ class ShmVectorEnv(VectorEnv):
 
         :raises ValueError: for a list or tuple whose length is not ``num_envs``.
         """
+        self._check_pool_idle("set_attr")
         if not isinstance(values, (list, tuple)):
             values = [values] * self.num_envs
         if len(values) != self.num_envs:
@@ -250,6 +315,7 @@ class ShmVectorEnv(VectorEnv):
 
     def render(self) -> tuple[Any, ...]:
         """``env.render()`` of every env."""
+        self._check_pool_idle("render")
         return tuple(self._eng.render_all())
 
     def close(self, **kwargs: Any) -> None:

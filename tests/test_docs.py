@@ -61,6 +61,7 @@ DOCUMENTED_MODULES = [
     "shmvec.bench.recommend",
     "shmvec.vec_env",
     "shmvec.vector_env",
+    "shmvec.vector_pool",
     "shmvec.frame_stack",
     "shmvec.openmp",
     "shmvec.bench.backends",

@@ -123,6 +123,8 @@ def test_gymnasium_face_same_as_sync_vector_env(leaks):
                 assert_obs_equal(a, b, f"step {t} item {k}")
             assert got[4].keys() == exp[4].keys(), f"step {t} infos"
         assert venv.render()[0].shape == want.render()[0].shape
+        with pytest.raises(ValueError, match="runs on the local backend only, not backend='ray'"):
+            venv.async_reset()
     finally:
         venv.close()
         want.close()

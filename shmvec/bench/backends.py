@@ -8,7 +8,8 @@ Backends: ``dummy`` (SB3 DummyVecEnv), ``subproc`` (SB3 SubprocVecEnv), ``shm`` 
 ``async`` (gymnasium ``AsyncVectorEnv(shared_memory=True)``), ``sync`` (gymnasium ``SyncVectorEnv``),
 ``shm-vector`` (:class:`shmvec.ShmVectorEnv`, the Gymnasium face), ``shm-auto`` (ShmVecEnv with
 ``n_workers="auto"``, to compare with hand-picked ``shm`` counts) and ``envpool`` (EnvPool's C++
-Atari envs, for ALE ids only; see :mod:`shmvec.bench.envpool_backend`). The Gymnasium ones run
+Atari envs, for ALE ids only; see :mod:`shmvec.bench.envpool_backend`) and ``shm-pool``
+(ShmVectorEnv in pool mode, ``batch_size`` envs per batch step, see :class:`PoolAdapter`). The Gymnasium ones run
 behind :class:`GymVectorAdapter`. Another backend (e.g. ``shm`` with an observation codec) is added
 with :func:`register_backend`; the CLI, runner and reports pick it up by name.
 """
@@ -101,6 +102,56 @@ class GymVectorAdapter:
         self._env.close()
 
 
+class PoolAdapter:
+    """:class:`shmvec.ShmVectorEnv` in pool mode with SB3's VecEnv calling convention: a batch step
+    is ``send`` (actions for the batch received last) then ``recv`` (the next ``batch_size`` envs to
+    finish), so ``num_envs`` here is the batch size: what one batch step steps. The other envs step
+    while the caller (the policy) works.
+
+    :param batch_size: envs per batch step (default None: half the envs, rounded up).
+    """
+
+    def __init__(
+        self, env_fns: list[Callable[[], gym.Env]], start_method: str, batch_size: int | None = None
+    ) -> None:
+        from shmvec.vector_env import ShmVectorEnv
+
+        batch_size = batch_size or (len(env_fns) + 1) // 2
+        self._env = ShmVectorEnv(env_fns, start_method=start_method, batch_size=batch_size)
+        self.num_envs = batch_size
+        self.observation_space = self._env.single_observation_space
+        self.action_space = self._env.single_action_space
+        self._seed: int | None = None
+
+    @property
+    def processes(self) -> list[Any]:
+        """The worker processes."""
+        return list(self._env._eng.res.processes)
+
+    def seed(self, seed: int | None = None) -> None:
+        """Seed for the next :meth:`reset` (env ``i`` gets ``seed + i``)."""
+        self._seed = seed
+
+    def reset(self) -> Any:
+        """Reset every env; the first batch of observations."""
+        self._env.async_reset(seed=self._seed)
+        self._seed = None
+        return self._env.recv()[0]
+
+    def step_async(self, actions: np.ndarray) -> None:
+        """``send``: actions for the batch received last."""
+        self._env.send(actions)
+
+    def step_wait(self) -> tuple[Any, np.ndarray, np.ndarray, dict]:
+        """``recv``: the next batch; rewards as float32 and ``dones = terminated | truncated``, as SB3."""
+        obs, rewards, terminated, truncated, infos = self._env.recv()
+        return obs, rewards.astype(np.float32), terminated | truncated, infos
+
+    def close(self) -> None:
+        """Stop the workers."""
+        self._env.close()
+
+
 def _dummy(env_fns: list[Callable[[], gym.Env]], n_workers: int | None, start_method: str) -> Any:
     from stable_baselines3.common.vec_env import DummyVecEnv
 
@@ -136,6 +187,15 @@ def _async(env_fns: list[Callable[[], gym.Env]], n_workers: int | None, start_me
     return GymVectorAdapter(env, list(env.processes))
 
 
+def _shm_pool(
+    env_fns: list[Callable[[], gym.Env]],
+    n_workers: int | None,
+    start_method: str,
+    batch_size: int | None = None,
+) -> Any:
+    return PoolAdapter(env_fns, start_method, batch_size)
+
+
 def _sync(env_fns: list[Callable[[], gym.Env]], n_workers: int | None, start_method: str) -> Any:
     from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
@@ -164,7 +224,10 @@ _BUILDERS: dict[str, Builder] = {
     "shm-vector": _shm_vector,
     "envpool": _envpool,
     "shm-auto": _shm_auto,
+    "shm-pool": _shm_pool,
 }
+# Backends that step a batch of batch_size < n_envs envs per batch step (their builders take it).
+_TAKES_BATCH: set[str] = {"shm-pool"}
 # Backends whose worker count can be chosen (the others have one worker per env, or none).
 _TAKES_WORKERS: set[str] = {"shm", "shm-vector"}
 
@@ -195,6 +258,11 @@ def takes_workers(backend: str) -> bool:
     return backend in _TAKES_WORKERS
 
 
+def takes_batch(backend: str) -> bool:
+    """Whether ``backend`` is a pool: ``batch_size`` envs per batch step, fewer than its envs."""
+    return backend in _TAKES_BATCH
+
+
 def check_backend(name: str) -> None:
     """:raises ValueError: if ``name`` is not a registered backend."""
     if name not in _BUILDERS:
@@ -206,6 +274,7 @@ def make_vec_env(
     env_fns: list[Callable[[], gym.Env]],
     n_workers: int | None = None,
     start_method: str | None = None,
+    batch_size: int | None = None,
 ) -> Any:
     """Build one backend over ``env_fns``.
 
@@ -213,12 +282,17 @@ def make_vec_env(
         default); ignored by the others.
     :param start_method: multiprocessing start method for the process backends (default None:
         ShmVecEnv's own default, forkserver where the platform has it, else spawn).
+    :param batch_size: envs per batch step of a pool backend (default None: half the envs); ignored
+        by the others.
     :raises ValueError: for an unknown backend or start method.
     """
     from shmvec._start_methods import resolve_start_method
 
     check_backend(backend)
-    return _BUILDERS[backend](list(env_fns), n_workers, resolve_start_method(start_method))
+    method = resolve_start_method(start_method)
+    if takes_batch(backend):
+        return _BUILDERS[backend](list(env_fns), n_workers, method, batch_size)  # type: ignore[call-arg]
+    return _BUILDERS[backend](list(env_fns), n_workers, method)
 
 
 # Ray (imported only when chosen): shmvec's Ray backend, and the naive one-actor-per-env VecEnv it is

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from shmvec._start_methods import resolve_start_method
-from shmvec.bench.backends import check_backend, takes_workers
+from shmvec.bench.backends import check_backend, takes_batch, takes_workers
 from shmvec.bench.policy import parse_policy
 from shmvec.bench.stats import Summary, summarize
 
@@ -28,12 +28,19 @@ class Config:
     backend: str
     n_envs: int
     n_workers: int | None = None  # None: the backend's default
+    batch_size: int | None = None  # a pool backend's envs per batch step (None: not a pool)
 
     @property
     def label(self) -> str:
-        """E.g. ``shm n=8 w=2``."""
+        """E.g. ``shm n=8 w=2``, ``shm-pool n=16 b=8``."""
         workers = f" w={self.n_workers}" if self.n_workers is not None else ""
-        return f"{self.backend} n={self.n_envs}{workers}"
+        batch = f" b={self.batch_size}" if self.batch_size is not None else ""
+        return f"{self.backend} n={self.n_envs}{workers}{batch}"
+
+    @property
+    def batch(self) -> int:
+        """Envs stepped per batch step."""
+        return self.n_envs if self.batch_size is None else self.batch_size
 
 
 @dataclass
@@ -101,6 +108,8 @@ class BenchSpec:
     :param n_workers: worker counts to try for backends that take them (None: the backend's default);
         counts above n_envs are skipped.
     :param policy: ``none`` (random actions) or ``algo:Policy`` (e.g. ``ppo:CnnPolicy``).
+    :param batch_size: envs per batch step of the pool backends (``shm-pool``); default None: half
+        of each n_envs (rounded up); n_envs below it are skipped for them.
     :param repeats: measurement windows per configuration (default 3), interleaved across
         configurations so a disturbance of the machine hits them alike.
     :param seconds: length of one window (default 2 s), after a short warm-up.
@@ -119,6 +128,7 @@ class BenchSpec:
     seconds: float = 2.0
     start_method: str | None = None
     seed: int = 0
+    batch_size: int | None = None
 
     def validate(self) -> None:
         """:raises ValueError: with a one-line reason for the first bad field."""
@@ -132,6 +142,8 @@ class BenchSpec:
             raise ValueError(f"n_workers must be >= 1, got {list(self.n_workers)}")
         if self.repeats < 1:
             raise ValueError(f"repeats must be >= 1, got {self.repeats}")
+        if self.batch_size is not None and self.batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
         if not self.seconds > 0:
             raise ValueError(f"seconds must be > 0, got {self.seconds}")
         parse_policy(self.policy)
@@ -142,7 +154,10 @@ class BenchSpec:
         out = []
         for b in self.backends:
             for n in sorted(set(self.n_envs)):
-                if takes_workers(b) and self.n_workers is not None:
+                if takes_batch(b):
+                    batch = self.batch_size or (n + 1) // 2
+                    out += [Config(b, n, batch_size=batch)] if batch <= n else []
+                elif takes_workers(b) and self.n_workers is not None:
                     out += [Config(b, n, w) for w in sorted(set(self.n_workers)) if w <= n]
                 else:
                     out.append(Config(b, n))

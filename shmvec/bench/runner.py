@@ -76,7 +76,7 @@ def run(spec: BenchSpec, progress: Progress | None = None) -> BenchResult:
     probe = env_fn()
     obs_bytes = int(sum(np.asarray(x).nbytes for x in _leaves(probe.observation_space.sample())))
     probe.close()
-    copy_s = {n: _copy_time(probe.observation_space, n) for n in sorted(set(spec.n_envs))}
+    copy_s = {n: _copy_time(probe.observation_space, n) for n in sorted({c.batch for c in configs})}
     total, done = (len(configs) + 1) * spec.repeats, 0
     for r in range(spec.repeats):
         rate, cpu, other = _measure_alone(env_fn, spec.seconds, spec.seed + r)
@@ -109,7 +109,7 @@ def run(spec: BenchSpec, progress: Progress | None = None) -> BenchResult:
     )
     for point in points:
         for sample in point.samples:
-            n = point.config.n_envs
+            n = point.config.batch
             _attribute(sample, n, env_step_s, result.cpu_fraction, copy_s[n])
         _summarize(point)
     result.recommendation = recommend(result)
@@ -172,7 +172,8 @@ def _measure(
     n = config.n_envs
     shm_before = system.shm_segments()
     t0 = time.perf_counter()
-    venv = make_vec_env(config.backend, [env_fn] * n, config.n_workers, spec.start_method)
+    venv = make_vec_env(config.backend, [env_fn] * n, config.n_workers, spec.start_method, config.batch_size)
+    n = config.batch  # env steps per batch step (a pool steps batch_size of its n_envs)
     try:
         venv.seed(seed)
         obs = venv.reset()
