@@ -52,12 +52,13 @@ class PoolMethods:
     def _scheduler(self) -> PoolScheduler:
         # Built on first use: a VectorEnv used only through step() never makes one.
         if self._pool is None:
-            if self._eng.options.backend != "local":
+            engine = self._eng  # type: ignore[attr-defined]
+            if engine.options.backend != "local":
                 raise ValueError(
                     f"pool mode (async_reset/send/recv) runs on the local backend only, not "
-                    f"backend={self._eng.options.backend!r}"
+                    f"backend={engine.options.backend!r}"
                 )
-            self._pool = PoolScheduler(self._eng, self.batch_size, self.pool_order)  # type: ignore[attr-defined]
+            self._pool = PoolScheduler(engine, self.batch_size, self.pool_order)  # type: ignore[attr-defined]
         return self._pool
 
     def async_reset(

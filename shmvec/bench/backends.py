@@ -7,11 +7,12 @@ runner times them all the same way.
 Backends: ``dummy`` (SB3 DummyVecEnv), ``subproc`` (SB3 SubprocVecEnv), ``shm`` (ShmVecEnv),
 ``async`` (gymnasium ``AsyncVectorEnv(shared_memory=True)``), ``sync`` (gymnasium ``SyncVectorEnv``),
 ``shm-vector`` (:class:`shmvec.ShmVectorEnv`, the Gymnasium face), ``shm-auto`` (ShmVecEnv with
-``n_workers="auto"``, to compare with hand-picked ``shm`` counts) and ``envpool`` (EnvPool's C++
+``n_workers="auto"``, to compare with hand-picked ``shm`` counts), ``envpool`` (EnvPool's C++
 Atari envs, for ALE ids only; see :mod:`shmvec.bench.envpool_backend`) and ``shm-pool``
-(ShmVectorEnv in pool mode, ``batch_size`` envs per batch step, see :class:`PoolAdapter`). The Gymnasium ones run
-behind :class:`GymVectorAdapter`. Another backend (e.g. ``shm`` with an observation codec) is added
-with :func:`register_backend`; the CLI, runner and reports pick it up by name.
+(ShmVectorEnv in pool mode, ``batch_size`` envs per batch step, see :class:`PoolAdapter`). The
+Gymnasium ones run behind :class:`GymVectorAdapter`. Another backend (e.g. ``shm`` with an
+observation codec) is added with :func:`register_backend`; the CLI, runner and reports pick it up
+by name.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ def _fits(num_envs: int, batch_size: int, n_workers: int) -> bool:
     return num_envs % n_workers == 0 and batch_size % (num_envs // n_workers) == 0
 
 
-def pool_workers(num_envs: int, batch_size: int, n_workers: int | None, cpus: int) -> int | None:
+def pool_workers(num_envs: int, batch_size: int, n_workers: int | str | None, cpus: int) -> int | str | None:
     """The worker count of a pool: groups of equal size that fill a batch whole.
 
     ``n_workers=None``: the smallest count >= ``min(num_envs, cpus)`` (as many workers as CPUs, as
