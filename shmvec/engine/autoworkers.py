@@ -10,8 +10,11 @@ count is decided once, before the real workers start.
 How: one throwaway worker builds one env (``env_fns[0]``, with the same options: frame stacking,
 worker threads, RNG isolation), resets it and steps it with random actions (the action space's own
 sampler, seeded 0) for :data:`PROBE_SECONDS` (at least :data:`PROBE_MIN_STEPS` steps). A wrapper
-inside the worker times each ``env.step`` itself: the worker's CPU time, the wall time, and the
-time the stepping thread spent queued for a CPU (the kernel's ``/proc/thread-self/schedstat``).
+inside the worker times each ``env.step`` itself: the stepping thread's CPU time, the wall time,
+and the time that thread spent queued for a CPU (the kernel's ``/proc/thread-self/schedstat``).
+Only that thread's CPU counts: a freshly started worker has other threads that burn CPU for a
+while on their own (OpenBLAS's pool, re-created by the thread limit, spins ~0.1 s after it starts),
+which made a sleeping env look busy. Work an env hands to threads of its own counts as waiting.
 Timing inside the worker keeps the pipe round trips and the main process's own scheduling out of
 the figure. The env's *busy fraction* ``f`` is CPU time over the wall time that was not spent
 queueing, so a machine that is busy with other work does not make a computing env look like a
@@ -61,7 +64,7 @@ class Probe:
 
     steps: int
     wall_s: float  # in the worker, around env.step
-    cpu_s: float  # the worker's CPU time (all its threads) during env.step
+    cpu_s: float  # the stepping thread's CPU time during env.step
     queued_s: float  # the stepping thread's time waiting for a CPU during env.step
 
     @property
@@ -90,7 +93,7 @@ def _queued_s() -> float | None:
 
 
 class _Timed(gym.Wrapper):
-    """Sums, over its env's steps, the process's CPU time, the wall time and this thread's time
+    """Sums, over its env's steps, this thread's CPU time, the wall time and this thread's time
     queued for a CPU (seconds): ``probe_totals``, read back with ``get_attr``."""
 
     def __init__(self, env: gym.Env) -> None:
@@ -98,9 +101,9 @@ class _Timed(gym.Wrapper):
         self.probe_totals = (0, 0.0, 0.0, 0.0)  # steps, wall, cpu, queued
 
     def step(self, action: Any) -> Any:
-        q0, c0, w0 = _queued_s() or 0.0, time.process_time(), time.perf_counter()
+        q0, c0, w0 = _queued_s() or 0.0, time.thread_time(), time.perf_counter()
         out = self.env.step(action)
-        wall, cpu, queued = time.perf_counter() - w0, time.process_time() - c0, (_queued_s() or 0.0) - q0
+        wall, cpu, queued = time.perf_counter() - w0, time.thread_time() - c0, (_queued_s() or 0.0) - q0
         n, w, c, q = self.probe_totals
         self.probe_totals = (n + 1, w + wall, c + cpu, q + queued)
         return out
