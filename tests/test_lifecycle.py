@@ -110,7 +110,7 @@ def test_killed_worker_is_reported_and_cleaned(no_leaks, when):
 
 SCRIPT = textwrap.dedent(
     """
-    import functools, gc, os, sys, time
+    import faulthandler, functools, gc, os, sys, time
     from multiprocessing import resource_tracker
     import numpy as np
     from shmvec import ShmVecEnv
@@ -125,6 +125,7 @@ SCRIPT = textwrap.dedent(
         env = ShmVecEnv([functools.partial(SlowStepEnv, 0.05)] * 2, "{method}")
         env.reset()
         print(" ".join(str(p.pid) for p in env.processes), flush=True)
+        faulthandler.dump_traceback_later(15)  # a hang shows its stacks (the test waits 20 s)
         interrupted = False
         try:
             while True:
@@ -170,29 +171,52 @@ def _wait_gone(pids: list[int], seconds: float = 5) -> bool:
     return False
 
 
+def _reap(proc: subprocess.Popen, pids: list[int]) -> None:
+    """Kill what a failed check left running, so one failure does not fail every later test's
+    leak check (they count this process's children)."""
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait(timeout=10)
+    for pid in pids:
+        try:
+            psutil.Process(pid).kill()
+        except psutil.Error:
+            pass
+
+
 def test_keyboard_interrupt_cleans_up(tmp_path):
     proc, pids = _start_script(tmp_path)
-    assert len(shm_segments(proc.pid)) == 1  # the leak check below looks at the right names
-    time.sleep(0.3)
-    proc.send_signal(signal.SIGINT)
-    _, stderr = proc.communicate(timeout=20)
-    assert "KeyboardInterrupt" in stderr
-    assert "resource_tracker" not in stderr, stderr
-    fds = re.search(r"fds (\d+) (\d+)", stderr)
-    assert fds is not None, stderr
-    assert int(fds.group(2)) <= int(fds.group(1)), f"file descriptors leaked: {fds.group(0)}"
-    assert _wait_gone(pids)
-    assert shm_segments(proc.pid) == set()
+    try:
+        assert len(shm_segments(proc.pid)) == 1  # the leak check below looks at the right names
+        time.sleep(0.3)
+        proc.send_signal(signal.SIGINT)
+        try:
+            _, stderr = proc.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            pytest.fail(f"the script hung after SIGINT; its stacks:\n{proc.communicate()[1]}")
+        assert "KeyboardInterrupt" in stderr
+        assert "resource_tracker" not in stderr, stderr
+        fds = re.search(r"fds (\d+) (\d+)", stderr)
+        assert fds is not None, stderr
+        assert int(fds.group(2)) <= int(fds.group(1)), f"file descriptors leaked: {fds.group(0)}"
+        assert _wait_gone(pids)
+        assert shm_segments(proc.pid) == set()
+    finally:
+        _reap(proc, pids)
 
 
 def test_workers_exit_when_parent_is_killed(tmp_path):
     proc, pids = _start_script(tmp_path)
-    assert len(shm_segments(proc.pid)) == 1
-    proc.kill()
-    proc.wait(timeout=10)
-    assert _wait_gone(pids), "workers outlived their killed parent"
-    # The resource tracker unlinks what a killed parent could not.
-    deadline = time.monotonic() + 10
-    while shm_segments(proc.pid) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert shm_segments(proc.pid) == set()
+    try:
+        assert len(shm_segments(proc.pid)) == 1
+        proc.kill()
+        proc.wait(timeout=10)
+        assert _wait_gone(pids), "workers outlived their killed parent"
+        # The resource tracker unlinks what a killed parent could not.
+        deadline = time.monotonic() + 10
+        while shm_segments(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert shm_segments(proc.pid) == set()
+    finally:
+        _reap(proc, pids)
