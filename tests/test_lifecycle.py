@@ -110,7 +110,7 @@ def test_killed_worker_is_reported_and_cleaned(no_leaks, when):
 
 SCRIPT = textwrap.dedent(
     """
-    import faulthandler, functools, gc, os, sys, time
+    import faulthandler, functools, gc, os, signal, sys, time
     from multiprocessing import resource_tracker
     import numpy as np
     from shmvec import ShmVecEnv
@@ -120,6 +120,9 @@ SCRIPT = textwrap.dedent(
         return len(os.listdir(f"/proc/{os.getpid()}/fd"))
 
     if __name__ == "__main__":
+        # A shell that starts the test run in the background (`cmd &`) hands it SIGINT ignored, and
+        # Python then installs no KeyboardInterrupt handler: put the default back.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         resource_tracker.ensure_running()  # its pipe lives for the whole process, not a leak
         before = fds()
         env = ShmVecEnv([functools.partial(SlowStepEnv, 0.05)] * 2, "{method}")
