@@ -261,6 +261,18 @@ class Ring:
         """``(n_envs, *action_shape)`` typed action buffer, or None for actions sent by pipe."""
         return self.views.get(_ACTIONS)
 
+    def takes_actions(self, actions: object) -> bool:
+        """Whether ``actions`` (a batch, one row per env) can travel in the typed action buffer: only
+        an array whose dtype and per-env shape already match, so every env sees exactly the object
+        SubprocVecEnv would give it; anything else goes through the pipe."""
+        buf = self.actions
+        return (
+            buf is not None
+            and isinstance(actions, np.ndarray)
+            and actions.dtype == buf.dtype
+            and actions.shape[1:] == buf.shape[1:]
+        )
+
     @property
     def info_words(self) -> tuple[np.ndarray, np.ndarray] | None:
         """The typed info areas: ``(n_slots, n_envs, columns)`` uint64 values and ``(n_slots, n_envs)``

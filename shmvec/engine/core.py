@@ -299,17 +299,9 @@ class Engine:
             ) from None
         if n != self.num_envs:
             raise ValueError(f"expected {self.num_envs} actions (one per env), got {n}")
-        ring_actions = self.ring.actions
-        # The typed buffer only takes actions whose dtype and shape already match, so every env sees
-        # exactly the object SubprocVecEnv would give it; anything else goes through the pipe.
-        in_ring = (
-            ring_actions is not None
-            and isinstance(actions, np.ndarray)
-            and actions.dtype == ring_actions.dtype
-            and actions.shape == ring_actions.shape
-        )
+        in_ring = self.ring.takes_actions(actions)  # n == num_envs was checked above
         if in_ring:
-            np.copyto(ring_actions, actions)  # type: ignore[arg-type]
+            np.copyto(self.ring.actions, actions)  # type: ignore[arg-type]
         slot = self.slots.advance()
         if self.restart:
             self.reader.keep_previous()

@@ -170,16 +170,9 @@ class PoolScheduler:
                 )
             if i - self.groups[w].start in self.pending.get(w, {}):
                 raise ValueError(f"send(): env {i} already has an action waiting for the rest of its group")
-        ring_actions = engine.ring.actions
-        in_ring = (
-            ring_actions is not None
-            and isinstance(actions, np.ndarray)
-            and actions.dtype == ring_actions.dtype
-            and actions.shape[1:] == ring_actions.shape[1:]
-        )
+        in_ring = engine.ring.takes_actions(actions)
         if in_ring:
-            assert ring_actions is not None
-            ring_actions[ids] = actions
+            engine.ring.actions[ids] = actions  # type: ignore[index]
         touched: list[int] = []
         for k, i in enumerate(ids.tolist()):
             w = self._worker_of(i)
