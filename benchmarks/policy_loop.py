@@ -13,6 +13,7 @@ Configurations (``--configs``, comma-separated):
 - ``subproc``: ``VecFrameStack(SubprocVecEnv)`` (fork);
 - ``shm``: ``VecFrameStack(ShmVecEnv)`` (fork), defaults;
 - ``shm-stack``: ``ShmVecEnv(frame_stack=4)``, stacking in the workers;
+- ``shm-pin``: ``shm-stack`` with ``worker_cpus="auto"``: each worker pinned to one CPU;
 - ``shm-spin``: ``shm`` with ``pause_openmp=False``: what the policy's spinning OpenMP threads cost.
 
 ``--actions random`` replaces ``predict`` with presampled random actions. The README's "With the
@@ -29,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-CONFIGS = ("dummy", "subproc", "shm", "shm-stack", "shm-spin")
+CONFIGS = ("dummy", "subproc", "shm", "shm-stack", "shm-pin", "shm-spin")
 
 
 def make_venv(config: str, n_envs: int, n_stack: int) -> Any:
@@ -40,12 +41,14 @@ def make_venv(config: str, n_envs: int, n_stack: int) -> Any:
 
     cls: Any = {"dummy": DummyVecEnv, "subproc": SubprocVecEnv}.get(config, ShmVecEnv)
     kwargs: dict[str, Any] = {} if config == "dummy" else {"start_method": "fork"}
-    if config == "shm-stack":
+    if config in ("shm-stack", "shm-pin"):
         kwargs["frame_stack"] = n_stack
+    if config == "shm-pin":
+        kwargs["worker_cpus"] = "auto"
     if config == "shm-spin":
         kwargs["pause_openmp"] = False
     venv = make_atari_env("PongNoFrameskip-v4", n_envs=n_envs, seed=0, vec_env_cls=cls, vec_env_kwargs=kwargs)
-    return venv if config == "shm-stack" else VecFrameStack(venv, n_stack)
+    return venv if "frame_stack" in kwargs else VecFrameStack(venv, n_stack)
 
 
 def measure(config: str, model: Any, args: argparse.Namespace) -> dict[str, float]:

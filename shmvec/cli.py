@@ -42,7 +42,8 @@ def _parser() -> argparse.ArgumentParser:
         default="dummy,subproc,shm",
         help="comma-separated, from: dummy, subproc, shm, async (gymnasium AsyncVectorEnv with shared "
         "memory), sync (gymnasium SyncVectorEnv), shm-vector (ShmVectorEnv), shm-auto (ShmVecEnv with "
-        "n_workers='auto'), envpool (ALE ids, needs the envpool extra), shm-pool (ShmVectorEnv pool "
+        "n_workers='auto'), shm-pin (ShmVecEnv with worker_cpus='auto'), envpool (ALE ids, needs the "
+        "envpool extra), shm-pool (ShmVectorEnv pool "
         "mode: send/recv, --batch-size envs per batch step); default dummy,subproc,shm",
     )
     bench.add_argument(

@@ -55,6 +55,13 @@ def limit_threads(n_threads: int | None) -> None:
         cv2.setNumThreads(n_threads)
 
 
+def pin_to_cpu(cpu: int | None) -> None:
+    """Run this process on ``cpu`` only (None: leave the OS to place it). Called before any thread
+    pool exists, so the pools' threads inherit the mask."""
+    if cpu is not None:
+        os.sched_setaffinity(0, {cpu})
+
+
 def exit_with_parent() -> None:
     """Ask Linux to SIGKILL this worker when its parent dies, even if an env hangs in C code.
 

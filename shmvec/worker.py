@@ -27,7 +27,7 @@ from shmvec.envapi import check_reset, check_step, has_wrapper_attr, is_wrapped,
 from shmvec.errors import ObservationError
 from shmvec.infos import InfoColumns
 from shmvec.layout import Leaf, check_finite, flatten, inf_allowed, leaves, write_leaf
-from shmvec.process import GlobalRngs, enable_faulthandler, exit_with_parent, limit_threads
+from shmvec.process import GlobalRngs, enable_faulthandler, exit_with_parent, limit_threads, pin_to_cpu
 from shmvec.protocol import READY, Command, RemoteError
 from shmvec.ring import Ring, RingSpec
 
@@ -275,6 +275,7 @@ def worker_main(
     n_threads: int | None,
     fault_log: str | None = None,
     isolate_rng: bool = False,
+    cpu: int | None = None,
 ) -> None:
     """Entry point of a worker process.
 
@@ -284,11 +285,13 @@ def worker_main(
     :param n_threads: BLAS/OpenMP threads allowed in this worker (None: leave as is).
     :param fault_log: file for faulthandler's traceback if the worker crashes (None: stderr).
     :param isolate_rng: give each env its own process-global RNG state (see :class:`GlobalRngs`).
+    :param cpu: the CPU this worker runs on (None: wherever the OS puts it).
     """
     # Ctrl-C reaches the whole process group; the main process decides what happens, then closes us.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     enable_faulthandler(fault_log)
     exit_with_parent()
+    pin_to_cpu(cpu)
     limit_threads(n_threads)
     pid = os.getpid()
     worker, reply = start_worker(env_fns, first_env, isolate_rng, pid)

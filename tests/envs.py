@@ -281,3 +281,10 @@ def make_small_synthetic() -> gym.Env:
 def make_broken_env() -> gym.Env:
     """A factory that raises, as a user's broken factory would."""
     raise RuntimeError("this factory is broken\non purpose")
+
+
+class CpuReportEnv(TinyImageEnv):
+    """TinyImageEnv that reports the CPUs its process may run on (``env_method("cpus")``)."""
+
+    def cpus(self) -> list[int]:
+        return sorted(os.sched_getaffinity(0))

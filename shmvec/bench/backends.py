@@ -7,7 +7,8 @@ runner times them all the same way.
 Backends: ``dummy`` (SB3 DummyVecEnv), ``subproc`` (SB3 SubprocVecEnv), ``shm`` (ShmVecEnv),
 ``async`` (gymnasium ``AsyncVectorEnv(shared_memory=True)``), ``sync`` (gymnasium ``SyncVectorEnv``),
 ``shm-vector`` (:class:`shmvec.ShmVectorEnv`, the Gymnasium face), ``shm-auto`` (ShmVecEnv with
-``n_workers="auto"``, to compare with hand-picked ``shm`` counts), ``envpool`` (EnvPool's C++
+``n_workers="auto"``, to compare with hand-picked ``shm`` counts), ``shm-pin`` (ShmVecEnv with
+``worker_cpus="auto"``: each worker pinned to one CPU), ``envpool`` (EnvPool's C++
 Atari envs, for ALE ids only; see :mod:`shmvec.bench.envpool_backend`) and ``shm-pool``
 (ShmVectorEnv in pool mode, ``batch_size`` envs per batch step, see :class:`PoolAdapter`). The
 Gymnasium ones run behind :class:`GymVectorAdapter`. Another backend (e.g. ``shm`` with an
@@ -179,6 +180,12 @@ def _shm_auto(env_fns: list[Callable[[], gym.Env]], n_workers: int | None, start
     return ShmVecEnv(env_fns, start_method=start_method, n_workers="auto")
 
 
+def _shm_pin(env_fns: list[Callable[[], gym.Env]], n_workers: int | None, start_method: str) -> Any:
+    from shmvec.vec_env import ShmVecEnv
+
+    return ShmVecEnv(env_fns, start_method=start_method, n_workers=n_workers, worker_cpus="auto")
+
+
 def _async(env_fns: list[Callable[[], gym.Env]], n_workers: int | None, start_method: str) -> Any:
     from gymnasium.vector import AsyncVectorEnv, AutoresetMode
 
@@ -225,12 +232,13 @@ _BUILDERS: dict[str, Builder] = {
     "shm-vector": _shm_vector,
     "envpool": _envpool,
     "shm-auto": _shm_auto,
+    "shm-pin": _shm_pin,
     "shm-pool": _shm_pool,
 }
 # Backends that step a batch of batch_size < n_envs envs per batch step (their builders take it).
 _TAKES_BATCH: set[str] = {"shm-pool"}
 # Backends whose worker count can be chosen (the others have one worker per env, or none).
-_TAKES_WORKERS: set[str] = {"shm", "shm-vector"}
+_TAKES_WORKERS: set[str] = {"shm", "shm-vector", "shm-pin"}
 
 
 def register_backend(name: str, builder: Builder, takes_workers: bool = False) -> None:

@@ -92,6 +92,7 @@ class Engine:
             opts.worker_threads,
             opts.timeout,
             opts.isolate_rng,
+            opts.worker_cpus,
         )
         self.res = self.pool.res
         self._finalizer = weakref.finalize(self, self.res.release)

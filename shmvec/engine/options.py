@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import functools
 import multiprocessing as mp
-from collections.abc import Callable, Mapping
+import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
+import numpy as np
 
 from shmvec._start_methods import resolve_start_method
 from shmvec.codecs import Codec, CodecSpec
@@ -51,6 +53,7 @@ class Options:
     info_keys: Any = "auto"
     backend: str = "local"
     ray_options: Mapping[str, Any] | None = None
+    worker_cpus: str | Sequence[int] | None = None  # checked() turns it into one CPU per worker
 
     @classmethod
     def pick(cls, values: dict[str, Any], **overrides: Any) -> Options:
@@ -97,7 +100,8 @@ class Options:
         from shmvec.engine.typed_infos import columns_for
 
         columns_for(self.info_keys)  # checks the option
-        return replace(self, n_workers=n_workers, n_slots=n_slots)
+        worker_cpus = resolve_worker_cpus(self.worker_cpus, n_workers, self.backend)
+        return replace(self, n_workers=n_workers, n_slots=n_slots, worker_cpus=worker_cpus)
 
     def env_fns(self, env_fns: list[Callable[[], gym.Env]]) -> list[Callable[[], gym.Env]]:
         """The factories the workers call: with ``frame_stack``, each env comes out of its worker
@@ -139,6 +143,37 @@ class Options:
         if codecs is None:
             return 1
         return usable_cpus() if all(c is None or c.releases_gil for c in codecs) else 1
+
+
+def resolve_worker_cpus(
+    worker_cpus: str | Sequence[int] | None, n_workers: int, backend: str
+) -> tuple[int, ...] | None:
+    """The CPU of each worker: ``"auto"`` deals the CPUs this process may use out to the workers in
+    turn, a sequence of CPU ids is dealt the same way; None leaves placement to the OS.
+
+    :raises ValueError: for another value, a CPU this process may not use, or ``backend="ray"``.
+    """
+    if worker_cpus is None:
+        return None
+    if backend != "local":
+        raise ValueError(f"worker_cpus pins local worker processes; backend={backend!r} places its own")
+    try:
+        allowed = sorted(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        raise ValueError("worker_cpus needs Linux (os.sched_setaffinity)") from None
+    if worker_cpus == "auto":
+        cpus = allowed
+    else:
+        listable = isinstance(worker_cpus, Iterable) and not isinstance(worker_cpus, str)
+        cpus = list(worker_cpus) if listable else []  # type: ignore[arg-type]
+        if not cpus or any(isinstance(c, bool) or not isinstance(c, (int, np.integer)) for c in cpus):
+            raise ValueError(
+                f"worker_cpus must be 'auto', a non-empty sequence of CPU ids or None, got {worker_cpus!r}"
+            )
+        outside = sorted({int(c) for c in cpus} - set(allowed))
+        if outside:
+            raise ValueError(f"worker_cpus {outside} are not among the CPUs this process may use: {allowed}")
+    return tuple(int(cpus[w % len(cpus)]) for w in range(n_workers))
 
 
 def context(start_method: str | None) -> tuple[str, Any]:

@@ -100,6 +100,7 @@ class WorkerPool:
     :param worker_threads: BLAS/OpenMP threads per worker (None: the libraries' defaults).
     :param timeout: seconds a reply may take (None: no limit; a dead worker is noticed at once).
     :param isolate_rng: give each env its own process-global RNG state in its worker.
+    :param worker_cpus: the CPU of each worker (None: the OS places them).
     """
 
     def __init__(
@@ -111,9 +112,10 @@ class WorkerPool:
         worker_threads: int | None,
         timeout: float | None,
         isolate_rng: bool = False,
+        worker_cpus: Sequence[int] | None = None,
     ) -> None:
         self.ctx, self.start_method, self.worker_envs = ctx, start_method, worker_envs
-        self.isolate_rng = isolate_rng
+        self.isolate_rng, self.worker_cpus = isolate_rng, worker_cpus
         self.worker_threads, self.timeout = worker_threads, timeout
         self.res = Resources()
         # Kept in the main process: a replaced worker is rebuilt from them.
@@ -153,6 +155,7 @@ class WorkerPool:
                 self.worker_threads,
                 fault_log[1],
                 self.isolate_rng,
+                None if self.worker_cpus is None else self.worker_cpus[w],
             ),
             daemon=True,
             name=f"shmvec-worker-{w}",

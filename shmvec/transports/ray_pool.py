@@ -144,9 +144,12 @@ class RayPool:
         worker_threads: int | None,
         timeout: float | None,
         isolate_rng: bool = False,
+        worker_cpus: Sequence[int] | None = None,
         *,
         ray_options: Mapping[str, Any] | None = None,
     ) -> None:
+        # Options refuses worker_cpus with backend="ray": Ray places actors (ray_options) itself.
+        assert worker_cpus is None, "worker_cpus is refused for backend='ray' by Options.checked"
         self.worker_envs, self.worker_threads, self.timeout = worker_envs, worker_threads, timeout
         self.isolate_rng = isolate_rng
         # Pickled once here: a factory that cannot be pickled fails now, naming its env.
