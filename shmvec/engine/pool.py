@@ -26,7 +26,7 @@ import cloudpickle
 
 from shmvec.engine.failures import crash_error, timeout_error
 from shmvec.engine.resources import Resources
-from shmvec.process import thread_env
+from shmvec.process import current_cpu, thread_env
 from shmvec.protocol import Command, RemoteError
 from shmvec.restart import Fault
 from shmvec.worker import worker_main
@@ -216,7 +216,14 @@ class WorkerPool:
         take it (killed if hung: a half-written message leaves their pipe unusable). Stops at the
         first fault with ``stop_on_fault``."""
         faults = []
-        for w, payload in zip(workers, payloads):
+        order = list(zip(workers, payloads))
+        if self.worker_cpus is not None:
+            # A worker woken on this thread's CPU preempts it; sent first, it would hold back the
+            # messages to the others (measured with worker_cpus="auto" on 2 CPUs: one batch in ten
+            # started its second worker 3.4 ms late). Sent last, it delays nothing.
+            here = current_cpu()
+            order.sort(key=lambda item: self.worker_cpus[item[0]] == here)  # type: ignore[index]
+        for w, payload in order:
             fault = self.send(w, cmd, payload, label)
             if fault is not None:
                 self.kill(w)
