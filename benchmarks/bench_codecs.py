@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import statistics
+import time
 
 import numpy as np
 import pytest
@@ -95,18 +96,31 @@ def test_shmvec_pong_step(benchmark, variant):
         env.close()
 
 
+def _steps_per_s(env, seconds: float, seed: int) -> float:
+    """Env steps/s of random actions over ``seconds`` of stepping, after a short warm-up."""
+    env.seed(seed)
+    env.reset()
+    rng = np.random.default_rng(seed)
+    actions = [rng.integers(0, env.action_space.n, env.num_envs) for _ in range(64)]
+    for k in range(20):
+        env.step(actions[k % 64])
+    n, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        env.step(actions[n % 64])
+        n += 1
+    return n * env.num_envs / (time.perf_counter() - start)
+
+
 def test_shmvec_pong_interleaved(benchmark):
     """steps/s of raw / delta / delta with one decode thread, interleaved so that a disturbance of the
     shared machine hits all three alike; prints medians, ranges and per-round ratios."""
-    from shmvec.bench.runner import measure_steps_per_s
-
     repeats, seconds = 7, 3.0
     samples: dict[str, list[float]] = {v: [] for v in VARIANTS}
     for r in range(repeats):
         for variant, args in VARIANTS.items():
             env = _make_env(*args)
             try:
-                samples[variant].append(measure_steps_per_s(env, seconds, seed=r))
+                samples[variant].append(_steps_per_s(env, seconds, seed=r))
             finally:
                 env.close()
     print(f"\nShmVecEnv Pong raw n_envs=8, {repeats} interleaved repeats x {seconds:g} s, steps/s:")
