@@ -24,7 +24,7 @@ from shmvec.bench.envs import check_env_name, env_factory
 from shmvec.bench.policy import algo_class, parse_policy
 
 # Backends that must train identically to DummyVecEnv for the same seed.
-EQUIVALENT = ("dummy", "shm")
+EQUIVALENT = ("dummy", "shm", "shm-pin")
 # The gymnasium adapters are not SB3 VecEnvs: SB3 cannot train on them.
 _NOT_TRAINABLE = ("async", "sync", "shm-vector", "envpool", "shm-pool")
 
