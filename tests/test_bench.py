@@ -190,19 +190,43 @@ def test_a_main_process_that_spins_while_waiting_is_named():
     assert "OMP_WAIT_POLICY=PASSIVE" in recommend(result)["text"]
 
 
-@pytest.mark.parametrize("name", ["policy_loop", "policy_loop_random"])
-def test_policy_loop_tables_are_rendered_from_the_committed_json(name):
+def _load_benchmark_script(name: str):
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("policy_loop", ROOT / "benchmarks" / "policy_loop.py")
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize(
+    ("script", "name"),
+    [
+        ("policy_loop", "policy_loop"),
+        ("policy_loop", "policy_loop_random"),
+        ("ppo_zoo", "ppo_zoo"),
+        ("matrix_summary", "matrix"),
+    ],
+)
+def test_result_tables_are_rendered_from_the_committed_json(script, name):
     results = ROOT / "benchmarks" / "results"
-    rendered = module.markdown(json.loads((results / f"{name}.json").read_text()))
+    rendered = _load_benchmark_script(script).markdown(json.loads((results / f"{name}.json").read_text()))
     assert (results / f"{name}.md").read_text() == rendered + "\n", (
-        f"benchmarks/results/{name}.md is stale: regenerate it with benchmarks/policy_loop.py --from-json"
+        f"benchmarks/results/{name}.md is stale: regenerate it with benchmarks/{script}.py --from-json"
     )
+
+
+def test_matrix_verdicts_name_the_fastest_multi_process_backend():
+    summary = {
+        "cases": [
+            {"workload": "w", "backend": b, "n_envs": 8, "steps_per_s": r, "low": r * 0.9, "high": r * 1.1}
+            for b, r in (("dummy", 900.0), ("subproc", 100.0), ("shm", 300.0), ("async", 280.0))
+        ]
+    }
+    (row,) = _load_benchmark_script("matrix_summary").verdicts(summary)
+    assert row["winner"] == "shm" and row["rival"] == "async"  # dummy is not multi-process
+    assert row["ratio"] == pytest.approx(300 / 280) and not row["clear"]
 
 
 def test_bad_arguments_fail_before_heavy_imports():

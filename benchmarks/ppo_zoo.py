@@ -1,0 +1,152 @@
+"""PPO with rl-zoo3's Atari hyperparameters, timed in its two phases: rollout collection and training.
+
+    python benchmarks/ppo_zoo.py --steps 20480 --json benchmarks/results/ppo_zoo.json
+
+SB3's Atari recipe (``make_atari_env("PongNoFrameskip-v4", n_envs=8)``, 4 stacked frames) and PPO
+``CnnPolicy`` with rl-zoo3's ``atari`` hyperparameters (n_steps 128, batch 256, 4 epochs, clip 0.1,
+ent_coef 0.01, vf_coef 0.5, learning rate 2.5e-4; zoo's linear schedules are constant here) on CPU,
+for each VecEnv below, interleaved over ``--rounds`` rounds with the same seed. Per run: seconds in
+``collect_rollouts`` (the VecEnv's share: policy forward passes and env steps), seconds in ``train``,
+the whole ``learn`` call, and a hash of the learned parameters; ``dummy``, ``shm`` and ``shm-pin``
+must learn identical parameters (SubprocVecEnv's float64 rewards may change the last bits).
+
+Configurations: ``dummy`` (``VecFrameStack(DummyVecEnv)``), ``subproc`` (``VecFrameStack(SubprocVecEnv)``),
+``shm`` (``VecFrameStack(ShmVecEnv)``) and ``shm-pin`` (``ShmVecEnv(frame_stack=4, worker_cpus="auto")``).
+Process backends use fork, so start-up stays out of the comparison.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+CONFIGS = ("dummy", "subproc", "shm", "shm-pin")
+ZOO = {"n_steps": 128, "batch_size": 256, "n_epochs": 4, "clip_range": 0.1, "ent_coef": 0.01, "vf_coef": 0.5}
+
+
+def make_venv(config: str, n_envs: int, seed: int) -> Any:
+    from stable_baselines3.common.env_util import make_atari_env
+    from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecFrameStack
+
+    from shmvec import ShmVecEnv
+
+    cls: Any = {"dummy": DummyVecEnv, "subproc": SubprocVecEnv}.get(config, ShmVecEnv)
+    kwargs: dict[str, Any] = {} if config == "dummy" else {"start_method": "fork"}
+    if config == "shm-pin":
+        kwargs.update(frame_stack=4, worker_cpus="auto")
+    venv = make_atari_env(
+        "PongNoFrameskip-v4", n_envs=n_envs, seed=seed, vec_env_cls=cls, vec_env_kwargs=kwargs
+    )
+    return venv if "frame_stack" in kwargs else VecFrameStack(venv, 4)
+
+
+def run_one(config: str, args: argparse.Namespace) -> dict[str, Any]:
+    import torch
+    from stable_baselines3 import PPO
+
+    venv = make_venv(config, args.n_envs, args.seed)
+    try:
+        model = PPO("CnnPolicy", venv, learning_rate=2.5e-4, seed=args.seed, device="cpu", **ZOO)
+        phases = {"rollout": 0.0, "train": 0.0}
+
+        def timed(name: str, fn: Any) -> Any:
+            def wrapper(*a: Any, **k: Any) -> Any:
+                start = time.perf_counter()
+                try:
+                    return fn(*a, **k)
+                finally:
+                    phases[name] += time.perf_counter() - start
+
+            return wrapper
+
+        model.collect_rollouts = timed("rollout", model.collect_rollouts)  # type: ignore[method-assign]
+        model.train = timed("train", model.train)  # type: ignore[method-assign]
+        start = time.perf_counter()
+        model.learn(total_timesteps=args.steps)
+        learn_s = time.perf_counter() - start
+        digest = hashlib.sha256()
+        for value in model.policy.state_dict().values():
+            digest.update(value.detach().cpu().numpy().tobytes())
+    finally:
+        venv.close()
+    return {
+        "rollout_s": phases["rollout"],
+        "train_s": phases["train"],
+        "learn_s": learn_s,
+        "params_sha256": digest.hexdigest(),
+        "torch_threads": torch.get_num_threads(),
+    }
+
+
+def markdown(result: dict[str, Any]) -> str:
+    import numpy as np
+
+    rounds = result["rounds"]
+    med = {
+        c: {k: float(np.median([r[k] for r in rs])) for k in ("rollout_s", "train_s", "learn_s")}
+        for c, rs in rounds.items()
+    }
+    ref = rounds.get("dummy", [{}])[0].get("params_sha256")
+    lines = [
+        "| VecEnv | rollout s | train s | learn s | rollout vs dummy | learn vs dummy | learn vs subproc | params = dummy |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for c, m in med.items():
+
+        def vs(key: str, other: str, m: dict[str, float] = m) -> str:
+            return f"{m[key] / med[other][key]:.2f}x" if other in med else "-"
+
+        same = all(r["params_sha256"] == ref for r in rounds[c]) if ref else None
+        lines.append(
+            f"| {c} | {m['rollout_s']:.1f} | {m['train_s']:.1f} | {m['learn_s']:.1f} | {vs('rollout_s', 'dummy')} | "
+            f"{vs('learn_s', 'dummy')} | {vs('learn_s', 'subproc')} | {'-' if same is None else 'yes' if same else 'no'} |"
+        )
+    spec = result["spec"]
+    lines.append(
+        f"\n{spec['steps']:,} env steps, {spec['n_envs']} envs, seed {spec['seed']}, {spec['rounds']} round(s) "
+        f"(medians), torch threads {result['torch_threads']}; lower is better."
+    )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
+    parser.add_argument("--configs", default=",".join(CONFIGS), help=f"comma-separated, from {CONFIGS}")
+    parser.add_argument("--steps", type=int, default=20_480, help="env steps per run")
+    parser.add_argument("--n-envs", type=int, default=8)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--json", type=Path, default=None, help="write the raw figures here")
+    parser.add_argument("--from-json", type=Path, default=None, help="measure nothing; report this JSON")
+    args = parser.parse_args()
+    configs = [c for c in args.configs.split(",") if c]
+    unknown = set(configs) - set(CONFIGS)
+    if unknown:
+        parser.error(f"unknown configs {sorted(unknown)}; choose from {CONFIGS}")
+    if args.from_json:
+        result = json.loads(args.from_json.read_text())
+    else:
+        import ale_py
+        import gymnasium as gym
+
+        gym.register_envs(ale_py)
+        rounds: dict[str, list[dict[str, Any]]] = {c: [] for c in configs}
+        for r in range(args.rounds):
+            for config in configs[r % len(configs) :] + configs[: r % len(configs)]:
+                rounds[config].append(run_one(config, args))
+                print(f"round {r + 1} {config}: {rounds[config][-1]}", flush=True)
+        spec = {k: v for k, v in vars(args).items() if k not in ("json", "from_json")}
+        result = {"spec": spec, "torch_threads": rounds[configs[0]][0]["torch_threads"], "rounds": rounds}
+        if args.json:
+            args.json.write_text(json.dumps(result, indent=1) + "\n")
+    print(markdown(result))
+
+
+if __name__ == "__main__":
+    main()
