@@ -19,20 +19,19 @@ from gymnasium import spaces
 from shmvec._start_methods import exit_if_reimported_main
 from shmvec.engine.autoworkers import resolve_auto
 from shmvec.engine.batch import StepBatch
-from shmvec.engine.failures import add_note, env_error
-from shmvec.engine.options import Options, context
-from shmvec.engine.pool import Outcome, WorkerPool, by_worker, split_envs
+from shmvec.engine.options import Options, context, pool_class
+from shmvec.engine.pool import WorkerPool, by_worker, split_envs
 from shmvec.engine.reader import Reader
 from shmvec.engine.slots import Slots
 from shmvec.engine.supervisor import Supervisor
 from shmvec.engine.typed_infos import TypedInfos, columns_for
 from shmvec.errors import ClosedError, EnvTimeoutError
+from shmvec.failures import add_note, env_error
 from shmvec.layout import Leaf, array_action_leaf, leaves
 from shmvec.openmp import OpenMPPauser
-from shmvec.protocol import Command
+from shmvec.protocol import Command, Outcome
 from shmvec.restart import Fault
 from shmvec.ring import Ring
-from shmvec.transports import pool_class
 
 # Commands after which restart mode rebuilds a worker whose env raised (its envs may be mid-step).
 _RESTART_ON_ENV_ERROR = (Command.STEP, Command.RESET)

@@ -25,9 +25,9 @@ from typing import Any
 import numpy as np
 
 from shmvec.engine.core import Engine
-from shmvec.engine.failures import env_error
 from shmvec.engine.pool_rules import FIRST_READY, POOL_ORDERS, PoolBatch
 from shmvec.errors import EnvTimeoutError
+from shmvec.failures import env_error
 from shmvec.protocol import Command, RemoteError
 from shmvec.restart import Fault
 

@@ -15,8 +15,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from shmvec.engine.failures import add_note
 from shmvec.engine.reader import Reader
+from shmvec.failures import add_note
 from shmvec.restart import REASON_KEY, RESTARTED_KEY, Fault, RestartBudget, restart_seed
 from shmvec.ring import Ring
 
