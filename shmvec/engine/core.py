@@ -152,7 +152,7 @@ class Engine:
         """Restart mode: replace worker ``w`` and attach the new one; the fault if that failed."""
         self.pool.replace(w)
         outcome = self.pool.started([w], stop_on_fault=False)
-        failure = outcome.faults or [self._env_fault(w, e) for w, e in outcome.errors.items()]
+        failure = outcome.faults or [self.env_fault(w, e) for w, e in outcome.errors.items()]
         if not failure:
             self._attach([w])
             self.reader.restart(self.worker_envs[w])
@@ -169,13 +169,20 @@ class Engine:
 
     close = give_up
 
+    def pause_policy_threads(self) -> None:
+        """Call right before sending steps: the calling thread's idle OpenMP pool (the policy's)
+        ends its threads at once and frees the workers' cores (``pause_openmp``; else nothing)."""
+        if self._openmp is not None:
+            self._openmp.pause()
+
     def check_open(self) -> None:
         if self.closed:
             raise ClosedError(f"this {self.owner} is closed (close() was called, or a worker crashed)")
 
     # ------------------------------------------------------------------ commands
 
-    def _env_fault(self, w: int, err: Any) -> Fault:
+    def env_fault(self, w: int, err: Any) -> Fault:
+        """The fault that rebuilds worker ``w`` (restart mode) after its env raised ``err``."""
         error = env_error(err, w, self.worker_envs[w])
         return Fault(w, error.args[0], error)
 
@@ -189,7 +196,7 @@ class Engine:
         faults = list(outcome.faults)
         errors = outcome.errors
         if self.restart and cmd in _RESTART_ON_ENV_ERROR:
-            faults += [self._env_fault(w, e) for w, e in errors.items()]
+            faults += [self.env_fault(w, e) for w, e in errors.items()]
             faults.sort(key=lambda f: f.worker)
             errors = {}
         if errors:
@@ -309,9 +316,7 @@ class Engine:
         # step_wait resets them instead of stepping them.
         needs_reset = self.supervisor.needs_reset
         stepping = [w for w in range(self.n_workers) if w not in needs_reset]
-        if self._openmp is not None:
-            # Before sending: the idle pool's threads leave at once and free the workers' cores.
-            self._openmp.pause()
+        self.pause_policy_threads()
         groups = self.worker_envs
         payloads = [(slot, None if in_ring else actions[groups[w].start : groups[w].stop]) for w in stepping]
         faults = self.pool.post(Command.STEP, payloads, stepping, "step", stop_on_fault=not self.restart)
@@ -396,7 +401,7 @@ class Engine:
         of workers that failed to take it."""
         payloads = [{"reset_seeds": s} for s in seeds]
         outcome = self.pool.call(Command.CONFIGURE, payloads, workers, "step", stop_on_fault=False)
-        errors = [self._env_fault(w, e) for w, e in outcome.errors.items()]
+        errors = [self.env_fault(w, e) for w, e in outcome.errors.items()]
         return sorted(outcome.faults + errors, key=lambda f: f.worker)
 
     def reset_workers(self, workers: list[int], payloads: list[Any]) -> tuple[list[Any], list[Fault]]:

@@ -258,6 +258,21 @@ class WorkerPool:
         )
         return Fault(w, error.args[0], error)
 
+    def fds(self, w: int) -> tuple[int, int]:
+        """What to ``poll`` for worker ``w``: its pipe (a reply) and its process sentinel (its end)."""
+        return self.res.remotes[w].fileno(), self.res.processes[w].sentinel
+
+    def has_reply(self, w: int) -> bool:
+        """Whether worker ``w``'s pipe holds a reply (one it sent before ending is still read)."""
+        return self.res.remotes[w].poll()
+
+    def receive(self, w: int) -> tuple[bool, Any]:
+        """Worker ``w``'s next reply, ``(ok, result or RemoteError)``.
+
+        :raises EOFError, OSError: when the worker is gone (see :meth:`lost`).
+        """
+        return pickle.loads(self.res.remotes[w].recv_bytes())
+
     def gather(self, workers: Iterable[int], command: str, stop_on_fault: bool) -> Outcome:
         """Wait for one reply from each worker, watching for death and the timeout.
 
@@ -266,7 +281,6 @@ class WorkerPool:
         else hung workers are killed and every fault is collected.
         """
         workers = list(workers)
-        remotes, processes = self.res.remotes, self.res.processes
         results: dict[int, Any] = {}
         errors: dict[int, RemoteError] = {}
         faults: dict[int, Fault] = {}
@@ -276,15 +290,15 @@ class WorkerPool:
         poller = select.poll()
         watched: dict[int, tuple[int, bool]] = {}  # fd -> (worker, is its process sentinel)
         for w in workers:
-            watched[remotes[w].fileno()] = (w, False)
-            watched[processes[w].sentinel] = (w, True)
+            pipe, sentinel = self.fds(w)
+            watched[pipe], watched[sentinel] = (w, False), (w, True)
         for fd in watched:
             poller.register(fd, select.POLLIN)
         pending = set(workers)
 
         def forget(w: int) -> None:
             pending.discard(w)
-            for fd in (remotes[w].fileno(), processes[w].sentinel):
+            for fd in self.fds(w):
                 if watched.pop(fd, None) is not None:
                     poller.unregister(fd)
 
@@ -305,12 +319,12 @@ class WorkerPool:
                     continue
                 w, is_sentinel = watched[fd]
                 if is_sentinel:  # the process ended; a reply it sent first is still read
-                    if not remotes[w].poll():
+                    if not self.has_reply(w):
                         faults[w] = self.lost(w, command)
                         forget(w)
                     continue
                 try:
-                    ok, payload = pickle.loads(remotes[w].recv_bytes())
+                    ok, payload = self.receive(w)
                 except (EOFError, OSError):
                     faults[w] = self.lost(w, command)
                     forget(w)

@@ -16,7 +16,6 @@ processes' sentinels, with the earliest step deadline as its timeout: no busy-wa
 from __future__ import annotations
 
 import math
-import pickle
 import select
 import time
 from collections.abc import Sequence
@@ -180,8 +179,8 @@ class PoolScheduler:
             if w not in touched:
                 touched.append(w)
         full = [w for w in touched if len(self.pending[w]) == len(self.groups[w])]
-        if full and engine._openmp is not None:
-            engine._openmp.pause()  # before sending: the policy's idle threads free the workers' cores
+        if full:
+            engine.pause_policy_threads()  # before sending: the idle threads free the workers' cores
         for w in full:
             self._post_step(w)
         if self.last_ids is not None and env_ids is None:
@@ -246,7 +245,7 @@ class PoolScheduler:
         # Decode first (the envs' codec streams advance), then gather every leaf.
         if self.decoded:
             envs = [i for w, (cmd, _) in zip(workers, replies) if cmd != _RESTARTED for i in self.groups[w]]
-            engine.reader._decode_envs(envs, self.decoded, {})
+            engine.reader.decode_envs(envs, self.decoded)
         out: list[np.ndarray] = []
         for j in range(len(engine.obs_leaves)):
             parts = [
@@ -318,12 +317,11 @@ class PoolScheduler:
     def _wait(self) -> None:
         """Block until at least one worker in flight answers, dies or passes its deadline."""
         pool = self.engine.pool
-        remotes, processes = pool.res.remotes, pool.res.processes
         poller = select.poll()
         watched: dict[int, tuple[int, bool]] = {}
         for w in self.in_flight:
-            watched[remotes[w].fileno()] = (w, False)
-            watched[processes[w].sentinel] = (w, True)
+            pipe, sentinel = pool.fds(w)
+            watched[pipe], watched[sentinel] = (w, False), (w, True)
         for fd in watched:
             poller.register(fd, select.POLLIN)
         deadline = min(d for _, d in self.in_flight.values())
@@ -332,7 +330,7 @@ class PoolScheduler:
         done: list[int] = []
         for fd, _ in events:
             w, is_sentinel = watched[fd]
-            if w in done or (is_sentinel and remotes[w].poll()):
+            if w in done or (is_sentinel and pool.has_reply(w)):
                 continue  # a reply it sent before ending is read through its pipe
             cmd = self.in_flight[w][0]
             done.append(w)
@@ -341,7 +339,7 @@ class PoolScheduler:
                 self._fault(w, cmd, pool.lost(w, cmd))
                 continue
             try:
-                ok, payload = pickle.loads(remotes[w].recv_bytes())
+                ok, payload = pool.receive(w)
             except (EOFError, OSError):
                 self._fault(w, cmd, pool.lost(w, cmd))
                 continue
@@ -364,7 +362,7 @@ class PoolScheduler:
     def _env_raised(self, w: int, cmd: str, err: RemoteError) -> None:
         engine = self.engine
         if engine.restart:
-            self._fault(w, cmd, engine._env_fault(w, err))
+            self._fault(w, cmd, engine.env_fault(w, err))
             return
         if engine.reader.decoded:
             # Some of its envs encoded a frame that will never be decoded: restart their streams.
@@ -389,16 +387,9 @@ class PoolScheduler:
     def _end_episodes(self, w: int) -> list[tuple[int, dict, None]]:
         """Restart mode: worker ``w`` was rebuilt; its envs end their episode in its current slot,
         truncated, with the last observation the caller saw, and reset in place of their next step."""
-        engine, g = self.engine, self.groups[w]
-        supervisor = engine.supervisor
-        # The supervisor ends the episodes of every rebuilt worker in one slot; each worker of a
-        # pool has its own, so it is handed this one alone.
-        others = {k: v for k, v in supervisor.needs_reset.items() if k != w}
-        supervisor.needs_reset = {w: supervisor.needs_reset[w]}
-        try:
-            _, infos = supervisor.end_episodes(self.slot[w], same_step=False)
-        finally:
-            supervisor.needs_reset.update(others)
+        g = self.groups[w]
+        # Each worker of a pool has its own slot: its episodes alone end in it.
+        _, infos = self.engine.supervisor.end_episodes(self.slot[w], same_step=False, only=w)
         for obs in self.raw.values():
             obs[self.slot[w], g.start : g.stop] = obs[self.prev[w], g.start : g.stop]
         return [(i - g.start, infos[i][0], None) for i in g]

@@ -117,9 +117,11 @@ class Supervisor:
         return out
 
     def end_episodes(
-        self, slot: int, same_step: bool
+        self, slot: int, same_step: bool, only: int | None = None
     ) -> tuple[dict[int, list[np.ndarray]], dict[int, tuple[dict[str, Any], dict[str, Any] | None]]]:
         """End the episodes of the rebuilt workers' envs in ``slot``: reward 0, truncated.
+        ``only``: of that worker alone (pool mode: each worker writes its own slot); the others
+        stay in :attr:`needs_reset`.
 
         ``same_step``: the envs are reset now; the last observation the caller saw becomes their
         terminal observation. Otherwise their row keeps that last observation (the engine carries it
@@ -131,8 +133,10 @@ class Supervisor:
         host, ring = self.host, self.host.ring
         finals: dict[int, list[np.ndarray]] = {}
         infos: dict[int, tuple[dict[str, Any], dict[str, Any] | None]] = {}
-        while self.needs_reset:
-            workers = sorted(self.needs_reset)
+        while True:
+            workers = sorted(w for w in self.needs_reset if only is None or w == only)
+            if not workers:
+                break
             seeds = [self.reset_seeds(w) for w in workers]
             if same_step:
                 for w in workers:
