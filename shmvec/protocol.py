@@ -133,8 +133,16 @@ class Outcome:
     faults: list[Fault] = field(default_factory=list)
 
 
-def pickle_factories(fns: list[Callable[[], Any]], first: int, method: str) -> bytes:
-    """Cloudpickle a worker's factories now, so an unpicklable one fails here with a useful message."""
+def pickle_factories(
+    fns: list[Callable[[], Any]], first: int, needed_by: str, way_out: str | None = None
+) -> bytes:
+    """Cloudpickle a worker's factories now, so an unpicklable one fails here with a useful message.
+
+    :param first: the env index of ``fns[0]`` (the error names the env).
+    :param needed_by: what needs them pickled, as the error names it: ``"the 'spawn' start method"``,
+        ``'backend="ray"'``.
+    :param way_out: how to do without pickling, if there is a way (``"use start_method='fork'"``).
+    """
     try:
         return cloudpickle.dumps(fns)
     except Exception:
@@ -146,7 +154,7 @@ def pickle_factories(fns: list[Callable[[], Any]], first: int, method: str) -> b
                 first += i
                 break
         raise TypeError(
-            f"the factory of env {first} cannot be pickled, which the '{method}' start method needs "
+            f"the factory of env {first} cannot be pickled, which {needed_by} needs "
             f"({type(exc).__name__}: {exc}). Make it a module-level function or a functools.partial of "
-            "picklable arguments, or use start_method='fork'."
+            f"picklable arguments{f', or {way_out}' if way_out else ''}."
         ) from exc

@@ -103,11 +103,12 @@ class WorkerPool:
         self.res = Resources()
         # Kept in the main process: a replaced worker is rebuilt from them.
         self.worker_fns: list[bytes | list[Callable[[], Any]]] = []
+        needed_by, way_out = f"the '{start_method}' start method", "use start_method='fork'"
         for group in worker_envs:
             group_fns = [env_fns[i] for i in group]
             pickled = start_method != "fork"
             self.worker_fns.append(
-                pickle_factories(group_fns, group.start, start_method) if pickled else group_fns
+                pickle_factories(group_fns, group.start, needed_by, way_out) if pickled else group_fns
             )
 
     @property

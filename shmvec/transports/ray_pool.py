@@ -152,7 +152,9 @@ class RayPool:
         self.worker_envs, self.worker_threads, self.timeout = worker_envs, worker_threads, timeout
         self.isolate_rng = isolate_rng
         # Pickled once here: a factory that cannot be pickled fails now, naming its env.
-        self.worker_fns = [pickle_factories([env_fns[i] for i in g], g.start, "ray") for g in worker_envs]
+        self.worker_fns = [
+            pickle_factories([env_fns[i] for i in g], g.start, 'backend="ray"') for g in worker_envs
+        ]
         self.actor_options = {**_DEFAULT_OPTIONS, **(ray_options or {})}
         self.res = RayResources(connect())
         self.actor_class = ray.remote(RayWorker)
