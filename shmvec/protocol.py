@@ -11,7 +11,8 @@ Commands (payload -> result):
 - ``configure`` (dict of options) -> None
 - ``step`` (slot, actions for this worker's envs or None = read the ring) ->
   list of ``(local_env, info, reset_info | None)`` for envs with a non-empty info or an auto-reset
-- ``reset`` (slot, seeds, options) -> list of reset infos
+- ``reset`` (slot, seeds, reset keyword arguments besides the seed, mask or None) -> list of reset
+  infos
 - ``get_attr`` / ``has_attr`` / ``set_attr`` / ``env_method`` / ``call`` / ``set_wrapper_attr`` /
   ``is_wrapped`` / ``render`` (local env indices, ...) -> list of results
 - ``close`` -> the worker exits, no reply

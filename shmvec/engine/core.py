@@ -256,10 +256,11 @@ class Engine:
     def reset(
         self,
         seeds: Sequence[int | None],
-        options: Sequence[Any],
+        kwargs: Sequence[dict[str, Any]],
         mask: Sequence[bool] | np.ndarray | None = None,
     ) -> tuple[list[np.ndarray], list[dict[str, Any] | None]]:
-        """Reset the envs (all, or those where ``mask`` is True) with one seed and options each; the
+        """Reset the envs (all, or those where ``mask`` is True) with one seed each and the keyword
+        arguments of ``kwargs`` (``{"options": ...}`` or ``{}``: the face's convention); the
         observation leaves of the batch (envs not reset keep their last observation) and the reset
         infos (None for envs not reset)."""
         self.check_open()
@@ -273,7 +274,7 @@ class Engine:
             (
                 slot,
                 list(seeds[g.start : g.stop]),
-                list(options[g.start : g.stop]),
+                list(kwargs[g.start : g.stop]),
                 None if mask is None else list(mask[g.start : g.stop]),
             )
             for g in groups

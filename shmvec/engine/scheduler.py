@@ -111,8 +111,9 @@ class PoolScheduler:
         self.pending.clear()
         self.last_ids = None
 
-    def async_reset(self, seeds: Sequence[int | None], options: Sequence[Any]) -> None:
-        """Reset every env in its worker; the reset observations come back through :meth:`recv`."""
+    def async_reset(self, seeds: Sequence[int | None], kwargs: Sequence[dict[str, Any]]) -> None:
+        """Reset every env in its worker (seeds and reset keyword arguments as for
+        :meth:`Engine.reset`); the reset observations come back through :meth:`recv`."""
         engine = self.engine
         engine.check_open()
         self.drain()
@@ -126,7 +127,7 @@ class PoolScheduler:
             ring.terminated[slot, g.start : g.stop] = False
             ring.truncated[slot, g.start : g.stop] = False
             engine.supervisor.needs_reset.pop(w, None)
-            payload = (slot, list(seeds[g.start : g.stop]), list(options[g.start : g.stop]), None)
+            payload = (slot, list(seeds[g.start : g.stop]), list(kwargs[g.start : g.stop]), None)
             self.reset_payloads[w] = payload
             self._post(w, Command.RESET, payload)
 

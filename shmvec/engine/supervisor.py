@@ -146,7 +146,8 @@ class Supervisor:
                     last = host.reader.previous(slice(g.start, g.stop))
                     for k, i in enumerate(g):
                         finals[i] = [leaf[k] for leaf in last]
-                payloads = [(slot, s, [None] * len(s), None) for s in seeds]
+                # No options, as an autoreset.
+                payloads: list[Any] = [(slot, s, [{}] * len(s), None) for s in seeds]
                 results, faults = host.reset_workers(workers, payloads)
             else:
                 results, faults = [None] * len(workers), host.arm(workers, seeds)
