@@ -20,23 +20,19 @@ from shmvec._start_methods import exit_if_reimported_main
 from shmvec.engine.autoworkers import resolve_auto
 from shmvec.engine.batch import StepBatch
 from shmvec.engine.options import Options, context, pool_class
+from shmvec.engine.outcomes import recovering, settle
 from shmvec.engine.pool import WorkerPool, by_worker, split_envs
 from shmvec.engine.reader import Reader
 from shmvec.engine.slots import Slots
 from shmvec.engine.supervisor import Supervisor
 from shmvec.engine.typed_infos import TypedInfos, columns_for
 from shmvec.errors import ClosedError, EnvTimeoutError
-from shmvec.failures import add_note, env_error
+from shmvec.failures import env_error
 from shmvec.layout import Leaf, array_action_leaf, leaves
 from shmvec.openmp import OpenMPPauser
-from shmvec.protocol import Command, Outcome
+from shmvec.protocol import Command
 from shmvec.restart import Fault
 from shmvec.ring import Ring
-
-# Commands after which restart mode rebuilds a worker whose env raised (its envs may be mid-step).
-_RESTART_ON_ENV_ERROR = (Command.STEP, Command.RESET)
-# Bringing a worker up: a failure here is never recovered from by a restart.
-_START_UP = (Command.MAKE_ENV, Command.ATTACH, Command.CONFIGURE)
 
 
 class Engine:
@@ -130,7 +126,7 @@ class Engine:
         for w in workers:
             self.pool.start(w)
         outcome = self.pool.started(workers, stop_on_fault=True)
-        self._settle(outcome, Command.MAKE_ENV)
+        settle(self, outcome, Command.MAKE_ENV)
         env_spaces = [s for (_, per_worker) in outcome.results for s in per_worker]
         obs_space, act_space = env_spaces[0]
         for i, (o, a) in enumerate(env_spaces):
@@ -186,33 +182,6 @@ class Engine:
         error = env_error(err, w, self.worker_envs[w])
         return Fault(w, error.args[0], error)
 
-    def _settle(self, outcome: Outcome, cmd: Command) -> list[Fault]:
-        """Raise what must be raised for ``outcome``; the faults left for the caller to rebuild
-        (restart mode, ``step``/``reset`` only)."""
-        if outcome.faults and (not self.restart or cmd in _START_UP):
-            error = outcome.faults[0].error
-            self.give_up(graceful=not isinstance(error, EnvTimeoutError))
-            raise error
-        faults = list(outcome.faults)
-        errors = outcome.errors
-        if self.restart and cmd in _RESTART_ON_ENV_ERROR:
-            faults += [self.env_fault(w, e) for w, e in errors.items()]
-            faults.sort(key=lambda f: f.worker)
-            errors = {}
-        if errors:
-            w = min(errors)
-            if cmd in _START_UP:
-                self.give_up()
-            elif cmd == Command.STEP and self.reader.decoded:
-                self._resync()
-            self.waiting = False
-            raise env_error(errors[w], w, self.worker_envs[w])
-        if faults and cmd not in _RESTART_ON_ENV_ERROR:
-            self.supervisor.rebuild(faults)
-            note = "; the worker was restarted: its envs end their episode (done=True) at the next step"
-            raise add_note(faults[0].error, note)
-        return faults
-
     def call_workers(
         self,
         cmd: Command,
@@ -225,12 +194,9 @@ class Engine:
         in errors (default: its own)."""
         workers = list(range(self.n_workers)) if workers is None else list(workers)
         label = label or cmd.value
-        outcome = self.pool.call(cmd, payloads, workers, label, stop_on_fault=not self._recovering(cmd))
-        self._settle(outcome, cmd)
+        outcome = self.pool.call(cmd, payloads, workers, label, stop_on_fault=not recovering(self, cmd))
+        settle(self, outcome, cmd)
         return outcome.results
-
-    def _recovering(self, cmd: Command) -> bool:
-        return self.restart and cmd not in _START_UP and not self.closed
 
     def call(self, cmd: Command, indices: Sequence[int], *args: Any) -> list[Any]:
         """Run an env command (``get_attr``, ``env_method``...) on envs ``indices``; one result each.
@@ -338,7 +304,7 @@ class Engine:
         slot = self.slots.current
         outcome = self.pool.gather(self._stepping, "step", stop_on_fault=not self.restart)
         outcome.faults = sorted(outcome.faults + self._posted_faults, key=lambda f: f.worker)
-        faults = self._settle(outcome, Command.STEP)
+        faults = settle(self, outcome, Command.STEP)
         self.waiting = False
         infos: dict[int, dict[str, Any]] = {}
         reset_infos: dict[int, dict[str, Any]] = {}
@@ -383,7 +349,7 @@ class Engine:
         finals.update(restarted)
         return StepBatch(arrays, rewards, terminated, truncated, infos, reset_infos, finals)
 
-    def _resync(self) -> None:
+    def resync(self) -> None:
         """After a failed step, with codecs: some envs encoded a frame that was never decoded, so
         every env starts over from a key frame (instead of every later step failing as "frame lost")."""
         self.pool.call(
@@ -408,7 +374,7 @@ class Engine:
     def reset_workers(self, workers: list[int], payloads: list[Any]) -> tuple[list[Any], list[Fault]]:
         """Send ``reset`` to ``workers``; their reset infos and (restart mode) the faults to rebuild."""
         outcome = self.pool.call(Command.RESET, payloads, workers, "reset", not self.restart)
-        return outcome.results, self._settle(outcome, Command.RESET)
+        return outcome.results, settle(self, outcome, Command.RESET)
 
     @property
     def n_restarts(self) -> int:
