@@ -32,27 +32,48 @@ def thread_env(n_threads: int | None) -> dict[str, str]:
 
 
 def limit_threads(n_threads: int | None) -> None:
-    """Cap the thread pools of libraries already loaded in this process.
+    """Cap the thread pools of libraries already loaded in this process at ``n_threads``.
 
     With fork the child inherits numpy (and maybe torch, OpenCV) with pools sized for all cores;
     environment variables come too late for them, so their runtime knobs are set as well. Several
     workers each spinning a full-size pool on 2 cores run ~10x slower than with one thread each.
+    Libraries loaded after this (spawn, forkserver, Ray actors: the main process sets the variables
+    before the start) read the variables. A library already at ``n_threads`` or fewer is left alone:
+    setting OpenBLAS's count, even to the same value, rebuilds the pool that a fork stopped.
     """
     if n_threads is None:
         return
     os.environ.update(thread_env(n_threads))
     try:
-        from threadpoolctl import threadpool_limits
+        from threadpoolctl import ThreadpoolController
 
-        threadpool_limits(n_threads)
+        for lib in ThreadpoolController().lib_controllers:
+            if lib.num_threads > n_threads:
+                lib.set_num_threads(n_threads)
+                _stop_openblas_pool(lib)
     except Exception:  # threadpoolctl missing or a library it cannot drive
         pass
     torch = sys.modules.get("torch")
-    if torch is not None:
+    if torch is not None and torch.get_num_threads() > n_threads:
         torch.set_num_threads(n_threads)
     cv2 = sys.modules.get("cv2")
-    if cv2 is not None:
+    if cv2 is not None and cv2.getNumThreads() > n_threads:
         cv2.setNumThreads(n_threads)
+
+
+def _stop_openblas_pool(lib: Any) -> None:
+    """Stop the threads OpenBLAS (pthreads build) just started again to change its count.
+
+    OpenBLAS stops its pool before a fork and restarts it in the child on the next
+    ``openblas_set_num_threads``, at the parent's size; each new thread then busy-waits for work
+    (~0.1 s of CPU per worker start, measured). Stopped here, as OpenBLAS's own fork handler stops
+    it; a BLAS call that needs more than one thread starts it again when it runs.
+    """
+    if (lib.internal_api, getattr(lib, "threading_layer", None)) != ("openblas", "pthreads"):
+        return
+    shutdown = getattr(lib.dynlib, "blas_thread_shutdown_", None)
+    if shutdown is not None:
+        shutdown()
 
 
 def pin_to_cpu(cpu: int | None) -> None:

@@ -11,19 +11,29 @@ Commands (payload -> result):
 - ``configure`` (dict of options) -> None
 - ``step`` (slot, actions for this worker's envs or None = read the ring) ->
   list of ``(local_env, info, reset_info | None)`` for envs with a non-empty info or an auto-reset
-- ``reset`` (slot, seeds, options) -> list of reset infos
+- ``reset`` (slot, seeds, reset keyword arguments besides the seed, mask or None) -> list of reset
+  infos
 - ``get_attr`` / ``has_attr`` / ``set_attr`` / ``env_method`` / ``call`` / ``set_wrapper_attr`` /
   ``is_wrapped`` / ``render`` (local env indices, ...) -> list of results
 - ``close`` -> the worker exits, no reply
+
+Env factories travel once, when a worker starts: cloudpickled in the main process
+(:func:`pickle_factories`) unless the worker is forked. What a command to several workers came back
+with, as both transports give it to the engine, is an :class:`Outcome`.
 """
 
 from __future__ import annotations
 
 import pickle
 import traceback
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
+
+import cloudpickle
+
+from shmvec.restart import Fault
 
 # Start-up message a worker sends once its envs exist: the spaces of each env, for checking.
 READY = "ready"
@@ -108,3 +118,44 @@ class RemoteError:
 
 
 Reply = tuple[bool, Any]
+
+
+@dataclass
+class Outcome:
+    """What a command to some workers came back with.
+
+    :param results: per worker asked, in that order: its result, or None when it failed.
+    :param errors: worker -> the exception its env raised (the worker lives on).
+    :param faults: workers that died or did not answer within the timeout, in worker order.
+    """
+
+    results: list[Any]
+    errors: dict[int, RemoteError] = field(default_factory=dict)
+    faults: list[Fault] = field(default_factory=list)
+
+
+def pickle_factories(
+    fns: list[Callable[[], Any]], first: int, needed_by: str, way_out: str | None = None
+) -> bytes:
+    """Cloudpickle a worker's factories now, so an unpicklable one fails here with a useful message.
+
+    :param first: the env index of ``fns[0]`` (the error names the env).
+    :param needed_by: what needs them pickled, as the error names it: ``"the 'spawn' start method"``,
+        ``'backend="ray"'``.
+    :param way_out: how to do without pickling, if there is a way (``"use start_method='fork'"``).
+    """
+    try:
+        return cloudpickle.dumps(fns)
+    except Exception:
+        for i, fn in enumerate(fns):
+            try:
+                cloudpickle.dumps(fn)
+            except Exception as fn_exc:
+                exc = fn_exc
+                first += i
+                break
+        raise TypeError(
+            f"the factory of env {first} cannot be pickled, which {needed_by} needs "
+            f"({type(exc).__name__}: {exc}). Make it a module-level function or a functools.partial of "
+            f"picklable arguments{f', or {way_out}' if way_out else ''}."
+        ) from exc

@@ -233,7 +233,9 @@ class ShmVecEnv(VecEnv):
 
     def reset(self) -> VecEnvObs:
         """Reset every env with the seeds/options set by ``seed()``/``set_options()`` (used once)."""
-        arrays, infos = self._eng.reset(self._seeds, self._options)
+        # DummyVecEnv's rule: an env's reset gets options only when they were set (and not empty).
+        kwargs = [{"options": options} if options else {} for options in self._options]
+        arrays, infos = self._eng.reset(self._seeds, kwargs)
         self.reset_infos = infos  # type: ignore[assignment]  # every env was reset: no None
         self._reset_seeds()
         self._reset_options()

@@ -211,7 +211,8 @@ class ShmVectorEnv(PoolMethods, VectorEnv):
         """Reset every env (or those of ``options["reset_mask"]``, a bool array of ``num_envs``).
 
         :param seed: None (unseeded), an int ``s`` (env ``i`` gets ``s + i``) or one seed per env.
-        :param options: passed to every env's ``reset`` (without ``reset_mask``).
+        :param options: passed to every env's ``reset`` (without ``reset_mask``), None included, as
+            ``SyncVectorEnv`` passes them.
         :returns: the batched observations (envs not reset keep theirs) and the infos.
         """
         n = self.num_envs
@@ -223,7 +224,7 @@ class ShmVectorEnv(PoolMethods, VectorEnv):
         if self._pool is not None:
             self._pool.drain()  # steps in flight (send/recv) are waited for and dropped
             self._pool = None if self.batch_size == n else self._pool  # step() may follow
-        arrays, reset_infos = self._eng.reset(seeds, [options] * n, mask)
+        arrays, reset_infos = self._eng.reset(seeds, [{"options": options}] * n, mask)
         if self.batch_size < n:
             # Every env is now idle; send() with env_ids=None answers all of them. Copies: the pool
             # rotates ring slots per worker and would overwrite a lent batch.

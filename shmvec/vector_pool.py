@@ -68,10 +68,10 @@ class PoolMethods:
         ``batch_size`` at a time. Steps still in flight are waited for and dropped first.
 
         :param seed: None (unseeded), an int ``s`` (env ``i`` gets ``s + i``) or one seed per env.
-        :param options: passed to every env's ``reset``.
+        :param options: passed to every env's ``reset``, None included (as ``reset``).
         """
         pool = self._scheduler()
-        pool.async_reset(self._seeds(seed), [options] * self.num_envs)
+        pool.async_reset(self._seeds(seed), [{"options": options}] * self.num_envs)
 
     def send(self, actions: Any, env_ids: Any = None) -> None:
         """Give envs ``env_ids`` their next actions and return at once; they step while you work.

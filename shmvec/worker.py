@@ -183,9 +183,11 @@ class _Worker:
         for encoder in self.encoders:
             encoder.restart(i)
 
-    def reset(self, payload: tuple[int, list, list, list[bool] | None]) -> list[dict | None]:
-        """Reset the envs (all, or those of ``mask``); their reset infos, None for envs not reset."""
-        slot, seeds, options, mask = payload
+    def reset(self, payload: tuple[int, list, list[dict], list[bool] | None]) -> list[dict | None]:
+        """Reset the envs (all, or those of ``mask``); their reset infos, None for envs not reset.
+        Each env's ``reset`` gets its seed and its keyword arguments of ``kwargs`` (the face decides
+        whether ``options`` is passed: SB3 only when set, Gymnasium always)."""
+        slot, seeds, kwargs, mask = payload
         obs_slot = [a[slot] for a in self.obs]
         infos: list[dict | None] = []
         for i, env in enumerate(self.envs):
@@ -194,10 +196,9 @@ class _Worker:
                 continue
             self.current = i
             self.ended[i], self.next_seeds[i] = False, None
-            maybe_options = {"options": options[i]} if options[i] else {}
             if self.rngs is not None:
                 self.rngs.enter(i)
-            obs, info = check_reset(env.reset(seed=seeds[i], **maybe_options), self.first_env + i)
+            obs, info = check_reset(env.reset(seed=seeds[i], **kwargs[i]), self.first_env + i)
             if self.rngs is not None:
                 self.rngs.leave(i)
             self._restart_codecs(i)

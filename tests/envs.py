@@ -72,6 +72,17 @@ class DictImageEnv(gym.Env):
 
         return max((pool["num_threads"] for pool in threadpool_info()), default=1)
 
+    def thread_count(self) -> int:
+        """Threads of this process (Linux)."""
+        return len(os.listdir("/proc/self/task"))
+
+    def matmul_then_threads(self) -> tuple[bool, int]:
+        """A matrix product big enough for OpenBLAS to use its threads if it may: whether it is right,
+        and the threads of this process after it."""
+        a = np.arange(300 * 300, dtype=np.float64).reshape(300, 300) % 7
+        right = bool(np.allclose(a @ np.eye(300), a))
+        return right, self.thread_count()
+
     def fail(self, message: str = "boom"):
         raise ValueError(message)
 

@@ -26,6 +26,40 @@ def test_ray_options_must_be_a_mapping(no_leaks):
         ShmVecEnv([make_dict_env], backend="ray", ray_options=[("num_cpus", 1)])
 
 
+def test_unpicklable_factory_on_ray_names_the_backend(tmp_path):
+    # The factories are pickled before Ray is started: no cluster needed. In a script of its own:
+    # Ray must not be imported in this process before test_ray sets up its loopback environment.
+    pytest.importorskip("ray", reason='Ray is not installed (pip install -e ".[ray]")')
+    proc = run_script(
+        tmp_path / "unpicklable.py",
+        """
+        import threading
+        import ray
+        from shmvec import ShmVecEnv
+        from tests.envs import make_dict_env
+
+        if __name__ == "__main__":
+            lock = threading.Lock()
+
+            def make():
+                assert not lock.locked()  # the closure captures a lock, which cannot be pickled
+                return make_dict_env()
+
+            try:
+                ShmVecEnv([make_dict_env, make], backend="ray", n_workers=2)
+            except TypeError as exc:
+                print("error:", exc)
+            print("ray started:", ray.is_initialized())
+        """,
+    )
+    out = proc.stdout
+    assert 'error: the factory of env 1 cannot be pickled, which backend="ray" needs (TypeError:' in out, (
+        out + proc.stderr[-2000:]
+    )
+    assert "start method" not in out and "start_method" not in out, out
+    assert "ray started: False" in out, out
+
+
 def test_local_backend_never_imports_ray(tmp_path):
     proc = run_script(
         tmp_path / "local.py",

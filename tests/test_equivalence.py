@@ -12,6 +12,7 @@ from shmvec import ShmVecEnv
 from shmvec.synthetic import SyntheticImageEnv
 from tests.envs import make_dict_env, make_tuple_env
 from tests.helpers import assert_obs_equal, assert_step_equal, sample_actions
+from tests.vector_envs import OMITTED, OptionsRecorderEnv
 
 ENVS = {
     "image": functools.partial(SyntheticImageEnv, (24, 20, 3), episode_len=(3, 9)),
@@ -121,4 +122,20 @@ def test_matches_subproc_on_pong(no_leaks):
                 if "terminal_observation" in y:
                     assert_obs_equal(x["terminal_observation"], y["terminal_observation"])
                     assert x["TimeLimit.truncated"] == y["TimeLimit.truncated"] is True
+    ref.close()
+
+
+def test_reset_passes_options_to_the_envs_as_dummy_does(no_leaks):
+    """The SB3 face keeps DummyVecEnv's rule: an env's reset gets ``options`` only when they were set
+    and not empty (the Gymnasium face passes them always, as SyncVectorEnv: see test_vector_env)."""
+    fns = [OptionsRecorderEnv] * 3
+    ref = DummyVecEnv(fns)
+    with ShmVecEnv(fns, start_method="fork", n_workers=2) as env:
+        for options in (None, None, {}, {"level": 1}, [None, {"level": 2}, {}]):
+            for vec in (env, ref):
+                if options is not None:
+                    vec.set_options(options)
+                vec.reset()
+        assert env.get_attr("received") == ref.get_attr("received")
+        assert ref.get_attr("received")[1] == [OMITTED, OMITTED, OMITTED, {"level": 1}, {"level": 2}]
     ref.close()

@@ -63,6 +63,23 @@ def test_workers_run_one_blas_thread_even_with_fork(no_leaks):
             assert env.env_method("blas_threads")[0] > 1
 
 
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="counts threads in /proc")
+def test_fork_workers_do_not_restart_the_blas_pool(no_leaks):
+    """Capping OpenBLAS in a forked worker used to restart its thread pool at the parent's size
+    (OpenBLAS stops it at fork and restarts it on the next set_num_threads): one extra thread per
+    worker that busy-waited ~0.1 s of CPU after every start. A worker of one BLAS thread has no pool
+    thread, before and after a matrix product."""
+    from threadpoolctl import threadpool_info
+
+    if max((p["num_threads"] for p in threadpool_info() if p["internal_api"] == "openblas"), default=1) < 2:
+        pytest.skip("this process's OpenBLAS runs one thread: a fork inherits no pool to restart")
+    np.ones((300, 300)) @ np.ones((300, 300))  # this process's pool is running, as after a policy step
+    with ShmVecEnv([DictImageEnv] * 2, "fork") as env:
+        assert env.env_method("thread_count") == [1, 1]
+        assert env.env_method("blas_threads") == [1, 1]
+        assert env.env_method("matmul_then_threads") == [(True, 1), (True, 1)]
+
+
 def test_clean_exit_prints_nothing(tmp_path):
     """No resource_tracker warning or other noise from a normal run, closed or not."""
     proc = run_script(

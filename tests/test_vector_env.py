@@ -27,7 +27,7 @@ from shmvec.restart import REASON_KEY, RESTARTED_KEY, restart_seed
 from shmvec.synthetic import SyntheticImageEnv, misbehave
 from tests.envs import FaultyEnv, TinyImageEnv, make_broken_env, make_dict_env, make_tuple_env
 from tests.helpers import assert_obs_equal
-from tests.vector_envs import make_copied_mutating, make_mutating
+from tests.vector_envs import OptionsRecorderEnv, make_copied_mutating, make_mutating
 
 NEXT, SAME, DISABLED = AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP, AutoresetMode.DISABLED
 
@@ -281,6 +281,45 @@ def test_reset_mask(no_leaks, mode):
                 assert_reset_equal(got, want, f"masked reset before step {t}")
             assert_step_equal(env.step(actions), ref.step(actions), f"step {t}")
         assert env.get_attr("resets") == ref.get_attr("resets")
+
+
+def _reset_options_cases() -> list[dict[str, Any] | None]:
+    """What reset() is called with in turn: nothing, None, empty, options, a mask alone, both."""
+    return [
+        None,
+        None,
+        {},
+        {"level": 1},
+        {"reset_mask": np.array([True, False, True])},
+        {"reset_mask": np.array([False, True, True]), "level": 2},
+    ]
+
+
+@pytest.mark.parametrize("batch_size", [None, 1])
+def test_reset_passes_options_to_the_envs_as_sync_does(no_leaks, batch_size):
+    """Each env's reset gets exactly the ``options`` SyncVectorEnv gives it: None when reset() got
+    None (passed, not left out), ``{}`` when what is left after ``reset_mask`` is empty. Pool mode
+    (``batch_size``) too, for reset() and async_reset()."""
+    fns = [OptionsRecorderEnv] * 3
+    ref = SyncVectorEnv(fns)
+    pool = {} if batch_size is None else {"batch_size": batch_size, "n_workers": 3}
+    with closing(make(fns, **pool)) as env, closing(ref):
+        for k, options in enumerate(_reset_options_cases()):
+            if k == 0:
+                env.reset(seed=k)
+                ref.reset(seed=k)
+            else:
+                # Sync pops reset_mask out of the dict it is given: each gets its own.
+                env.reset(seed=k, options=None if options is None else dict(options))
+                ref.reset(seed=k, options=None if options is None else dict(options))
+        assert env.get_attr("received") == ref.get_attr("received")
+        assert ref.get_attr("received")[1][:4] == [None, None, {}, {"level": 1}]
+        if batch_size is not None:
+            for options in (None, {"level": 3}):
+                env.async_reset(seed=9, options=options)
+                for _ in range(3):
+                    env.recv()
+            assert [r[-2:] for r in env.get_attr("received")] == [[None, {"level": 3}]] * 3
 
 
 def test_bad_reset_mask_is_refused_like_sync(no_leaks):

@@ -76,3 +76,25 @@ def make_mutating(dict_obs: bool = False) -> gym.Env:
 
 def make_copied_mutating(dict_obs: bool = False) -> gym.Env:
     return CopyOutputs(MutatingEnv(dict_obs))
+
+
+OMITTED = "<options not passed>"
+
+
+class OptionsRecorderEnv(gym.Env):
+    """Records what each ``reset`` got as ``options``: the value, or :data:`OMITTED` when the
+    caller did not pass the argument at all (read back with ``get_attr("received")``)."""
+
+    observation_space = spaces.Box(0.0, 1.0, (1,), np.float32)
+    action_space = spaces.Discrete(2)
+
+    def __init__(self) -> None:
+        self.received: list[Any] = []
+
+    def reset(self, *, seed: int | None = None, **kwargs: Any) -> tuple[np.ndarray, dict]:
+        super().reset(seed=seed)
+        self.received.append(copy.deepcopy(kwargs.get("options", OMITTED)))
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
+        return np.zeros(1, np.float32), 0.0, False, False, {}

@@ -131,7 +131,7 @@ def probe(
     try:
         space = engine.action_space
         space.seed(0)
-        engine.reset([None], [None])
+        engine.reset([None], [{}])
         engine.step_async([space.sample()])
         engine.step_wait()  # warm-up: first steps touch fresh pages
         before = engine.call(Command.GET_ATTR, [0], "probe_totals")[0]

@@ -19,25 +19,20 @@ from gymnasium import spaces
 from shmvec._start_methods import exit_if_reimported_main
 from shmvec.engine.autoworkers import resolve_auto
 from shmvec.engine.batch import StepBatch
-from shmvec.engine.failures import add_note, env_error
-from shmvec.engine.options import Options, context
-from shmvec.engine.pool import Outcome, WorkerPool, by_worker, split_envs
+from shmvec.engine.options import Options, context, pool_class
+from shmvec.engine.outcomes import recovering, settle
+from shmvec.engine.pool import WorkerPool, by_worker, split_envs
 from shmvec.engine.reader import Reader
 from shmvec.engine.slots import Slots
 from shmvec.engine.supervisor import Supervisor
 from shmvec.engine.typed_infos import TypedInfos, columns_for
 from shmvec.errors import ClosedError, EnvTimeoutError
+from shmvec.failures import env_error
 from shmvec.layout import Leaf, array_action_leaf, leaves
 from shmvec.openmp import OpenMPPauser
 from shmvec.protocol import Command
 from shmvec.restart import Fault
 from shmvec.ring import Ring
-from shmvec.transports import pool_class
-
-# Commands after which restart mode rebuilds a worker whose env raised (its envs may be mid-step).
-_RESTART_ON_ENV_ERROR = (Command.STEP, Command.RESET)
-# Bringing a worker up: a failure here is never recovered from by a restart.
-_START_UP = (Command.MAKE_ENV, Command.ATTACH, Command.CONFIGURE)
 
 
 class Engine:
@@ -131,7 +126,7 @@ class Engine:
         for w in workers:
             self.pool.start(w)
         outcome = self.pool.started(workers, stop_on_fault=True)
-        self._settle(outcome, Command.MAKE_ENV)
+        settle(self, outcome, Command.MAKE_ENV)
         env_spaces = [s for (_, per_worker) in outcome.results for s in per_worker]
         obs_space, act_space = env_spaces[0]
         for i, (o, a) in enumerate(env_spaces):
@@ -153,7 +148,7 @@ class Engine:
         """Restart mode: replace worker ``w`` and attach the new one; the fault if that failed."""
         self.pool.replace(w)
         outcome = self.pool.started([w], stop_on_fault=False)
-        failure = outcome.faults or [self._env_fault(w, e) for w, e in outcome.errors.items()]
+        failure = outcome.faults or [self.env_fault(w, e) for w, e in outcome.errors.items()]
         if not failure:
             self._attach([w])
             self.reader.restart(self.worker_envs[w])
@@ -170,42 +165,22 @@ class Engine:
 
     close = give_up
 
+    def pause_policy_threads(self) -> None:
+        """Call right before sending steps: the calling thread's idle OpenMP pool (the policy's)
+        ends its threads at once and frees the workers' cores (``pause_openmp``; else nothing)."""
+        if self._openmp is not None:
+            self._openmp.pause()
+
     def check_open(self) -> None:
         if self.closed:
             raise ClosedError(f"this {self.owner} is closed (close() was called, or a worker crashed)")
 
     # ------------------------------------------------------------------ commands
 
-    def _env_fault(self, w: int, err: Any) -> Fault:
+    def env_fault(self, w: int, err: Any) -> Fault:
+        """The fault that rebuilds worker ``w`` (restart mode) after its env raised ``err``."""
         error = env_error(err, w, self.worker_envs[w])
         return Fault(w, error.args[0], error)
-
-    def _settle(self, outcome: Outcome, cmd: Command) -> list[Fault]:
-        """Raise what must be raised for ``outcome``; the faults left for the caller to rebuild
-        (restart mode, ``step``/``reset`` only)."""
-        if outcome.faults and (not self.restart or cmd in _START_UP):
-            error = outcome.faults[0].error
-            self.give_up(graceful=not isinstance(error, EnvTimeoutError))
-            raise error
-        faults = list(outcome.faults)
-        errors = outcome.errors
-        if self.restart and cmd in _RESTART_ON_ENV_ERROR:
-            faults += [self._env_fault(w, e) for w, e in errors.items()]
-            faults.sort(key=lambda f: f.worker)
-            errors = {}
-        if errors:
-            w = min(errors)
-            if cmd in _START_UP:
-                self.give_up()
-            elif cmd == Command.STEP and self.reader.decoded:
-                self._resync()
-            self.waiting = False
-            raise env_error(errors[w], w, self.worker_envs[w])
-        if faults and cmd not in _RESTART_ON_ENV_ERROR:
-            self.supervisor.rebuild(faults)
-            note = "; the worker was restarted: its envs end their episode (done=True) at the next step"
-            raise add_note(faults[0].error, note)
-        return faults
 
     def call_workers(
         self,
@@ -219,12 +194,9 @@ class Engine:
         in errors (default: its own)."""
         workers = list(range(self.n_workers)) if workers is None else list(workers)
         label = label or cmd.value
-        outcome = self.pool.call(cmd, payloads, workers, label, stop_on_fault=not self._recovering(cmd))
-        self._settle(outcome, cmd)
+        outcome = self.pool.call(cmd, payloads, workers, label, stop_on_fault=not recovering(self, cmd))
+        settle(self, outcome, cmd)
         return outcome.results
-
-    def _recovering(self, cmd: Command) -> bool:
-        return self.restart and cmd not in _START_UP and not self.closed
 
     def call(self, cmd: Command, indices: Sequence[int], *args: Any) -> list[Any]:
         """Run an env command (``get_attr``, ``env_method``...) on envs ``indices``; one result each.
@@ -250,10 +222,11 @@ class Engine:
     def reset(
         self,
         seeds: Sequence[int | None],
-        options: Sequence[Any],
+        kwargs: Sequence[dict[str, Any]],
         mask: Sequence[bool] | np.ndarray | None = None,
     ) -> tuple[list[np.ndarray], list[dict[str, Any] | None]]:
-        """Reset the envs (all, or those where ``mask`` is True) with one seed and options each; the
+        """Reset the envs (all, or those where ``mask`` is True) with one seed each and the keyword
+        arguments of ``kwargs`` (``{"options": ...}`` or ``{}``: the face's convention); the
         observation leaves of the batch (envs not reset keep their last observation) and the reset
         infos (None for envs not reset)."""
         self.check_open()
@@ -267,7 +240,7 @@ class Engine:
             (
                 slot,
                 list(seeds[g.start : g.stop]),
-                list(options[g.start : g.stop]),
+                list(kwargs[g.start : g.stop]),
                 None if mask is None else list(mask[g.start : g.stop]),
             )
             for g in groups
@@ -310,9 +283,7 @@ class Engine:
         # step_wait resets them instead of stepping them.
         needs_reset = self.supervisor.needs_reset
         stepping = [w for w in range(self.n_workers) if w not in needs_reset]
-        if self._openmp is not None:
-            # Before sending: the idle pool's threads leave at once and free the workers' cores.
-            self._openmp.pause()
+        self.pause_policy_threads()
         groups = self.worker_envs
         payloads = [(slot, None if in_ring else actions[groups[w].start : groups[w].stop]) for w in stepping]
         faults = self.pool.post(Command.STEP, payloads, stepping, "step", stop_on_fault=not self.restart)
@@ -333,7 +304,7 @@ class Engine:
         slot = self.slots.current
         outcome = self.pool.gather(self._stepping, "step", stop_on_fault=not self.restart)
         outcome.faults = sorted(outcome.faults + self._posted_faults, key=lambda f: f.worker)
-        faults = self._settle(outcome, Command.STEP)
+        faults = settle(self, outcome, Command.STEP)
         self.waiting = False
         infos: dict[int, dict[str, Any]] = {}
         reset_infos: dict[int, dict[str, Any]] = {}
@@ -378,7 +349,7 @@ class Engine:
         finals.update(restarted)
         return StepBatch(arrays, rewards, terminated, truncated, infos, reset_infos, finals)
 
-    def _resync(self) -> None:
+    def resync(self) -> None:
         """After a failed step, with codecs: some envs encoded a frame that was never decoded, so
         every env starts over from a key frame (instead of every later step failing as "frame lost")."""
         self.pool.call(
@@ -397,13 +368,13 @@ class Engine:
         of workers that failed to take it."""
         payloads = [{"reset_seeds": s} for s in seeds]
         outcome = self.pool.call(Command.CONFIGURE, payloads, workers, "step", stop_on_fault=False)
-        errors = [self._env_fault(w, e) for w, e in outcome.errors.items()]
+        errors = [self.env_fault(w, e) for w, e in outcome.errors.items()]
         return sorted(outcome.faults + errors, key=lambda f: f.worker)
 
     def reset_workers(self, workers: list[int], payloads: list[Any]) -> tuple[list[Any], list[Fault]]:
         """Send ``reset`` to ``workers``; their reset infos and (restart mode) the faults to rebuild."""
         outcome = self.pool.call(Command.RESET, payloads, workers, "reset", not self.restart)
-        return outcome.results, self._settle(outcome, Command.RESET)
+        return outcome.results, settle(self, outcome, Command.RESET)
 
     @property
     def n_restarts(self) -> int:

@@ -14,7 +14,7 @@ import numpy as np
 
 from shmvec._start_methods import resolve_start_method
 from shmvec.codecs import Codec, CodecSpec
-from shmvec.engine.pool import usable_cpus
+from shmvec.engine.pool import WorkerPool, usable_cpus
 from shmvec.frame_stack import ChannelsOrder, stacked_factory
 from shmvec.layout import Leaf
 from shmvec.restart import ON_CRASH_MODES, RestartBudget
@@ -185,3 +185,14 @@ def context(start_method: str | None) -> tuple[str, Any]:
         # SB3's tests expect multiprocessing's own wording; the valid choices follow it.
         raise ValueError(f"cannot find context for {start_method!r}: {exc}") from None
     return resolved, mp.get_context(resolved)
+
+
+def pool_class(backend: str, ray_options: Mapping[str, Any] | None) -> Callable[..., Any]:
+    """What builds the engine's worker pool for ``backend``, called with the arguments of
+    :class:`shmvec.engine.pool.WorkerPool`: that class (``"local"``), or the Ray transport's
+    :class:`~shmvec.transports.ray_pool.RayPool` with ``ray_options`` (imports Ray)."""
+    if backend == "ray":
+        from shmvec.transports.ray_pool import RayPool  # imports Ray: only for this backend
+
+        return functools.partial(RayPool, ray_options=ray_options)
+    return WorkerPool

@@ -1,10 +1,10 @@
 """The worker processes: start, replace, stop; send commands; collect replies with their failures.
 
-:meth:`WorkerPool.call` never raises for what a worker did: it returns an :class:`Outcome` with the
-results, the exceptions the envs raised and the workers that died or hung, and the caller decides
-(raise, or rebuild the worker). Releasing everything goes through one path, :meth:`Resources.release`,
-(:mod:`shmvec.engine.resources`), which a ``weakref.finalize`` also runs if the owner is garbage
-collected unclosed.
+:meth:`WorkerPool.call` never raises for what a worker did: it returns an
+:class:`~shmvec.protocol.Outcome` with the results, the exceptions the envs raised and the workers
+that died or hung, and the caller decides (raise, or rebuild the worker). Releasing everything goes
+through one path, :meth:`Resources.release` (:mod:`shmvec.engine.resources`), which a
+``weakref.finalize`` also runs if the owner is garbage collected unclosed.
 """
 
 from __future__ import annotations
@@ -18,16 +18,13 @@ import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
 
-import cloudpickle
-
-from shmvec.engine.failures import crash_error, timeout_error
 from shmvec.engine.resources import Resources
+from shmvec.failures import crash_error, timeout_error
 from shmvec.process import current_cpu, thread_env
-from shmvec.protocol import Command, RemoteError
+from shmvec.protocol import Command, Outcome, RemoteError, pickle_factories
 from shmvec.restart import Fault
 from shmvec.worker import worker_main
 
@@ -76,20 +73,6 @@ def by_worker(
     return sorted(groups.items())
 
 
-@dataclass
-class Outcome:
-    """What a command to some workers came back with.
-
-    :param results: per worker asked, in that order: its result, or None when it failed.
-    :param errors: worker -> the exception its env raised (the worker lives on).
-    :param faults: workers that died or did not answer within the timeout, in worker order.
-    """
-
-    results: list[Any]
-    errors: dict[int, RemoteError] = field(default_factory=dict)
-    faults: list[Fault] = field(default_factory=list)
-
-
 class WorkerPool:
     """The worker processes of one engine and the pipes to them.
 
@@ -120,11 +103,12 @@ class WorkerPool:
         self.res = Resources()
         # Kept in the main process: a replaced worker is rebuilt from them.
         self.worker_fns: list[bytes | list[Callable[[], Any]]] = []
+        needed_by, way_out = f"the '{start_method}' start method", "use start_method='fork'"
         for group in worker_envs:
             group_fns = [env_fns[i] for i in group]
             pickled = start_method != "fork"
             self.worker_fns.append(
-                _pickle_factories(group_fns, group.start, start_method) if pickled else group_fns
+                pickle_factories(group_fns, group.start, needed_by, way_out) if pickled else group_fns
             )
 
     @property
@@ -275,6 +259,21 @@ class WorkerPool:
         )
         return Fault(w, error.args[0], error)
 
+    def fds(self, w: int) -> tuple[int, int]:
+        """What to ``poll`` for worker ``w``: its pipe (a reply) and its process sentinel (its end)."""
+        return self.res.remotes[w].fileno(), self.res.processes[w].sentinel
+
+    def has_reply(self, w: int) -> bool:
+        """Whether worker ``w``'s pipe holds a reply (one it sent before ending is still read)."""
+        return self.res.remotes[w].poll()
+
+    def receive(self, w: int) -> tuple[bool, Any]:
+        """Worker ``w``'s next reply, ``(ok, result or RemoteError)``.
+
+        :raises EOFError, OSError: when the worker is gone (see :meth:`lost`).
+        """
+        return pickle.loads(self.res.remotes[w].recv_bytes())
+
     def gather(self, workers: Iterable[int], command: str, stop_on_fault: bool) -> Outcome:
         """Wait for one reply from each worker, watching for death and the timeout.
 
@@ -283,7 +282,6 @@ class WorkerPool:
         else hung workers are killed and every fault is collected.
         """
         workers = list(workers)
-        remotes, processes = self.res.remotes, self.res.processes
         results: dict[int, Any] = {}
         errors: dict[int, RemoteError] = {}
         faults: dict[int, Fault] = {}
@@ -293,15 +291,15 @@ class WorkerPool:
         poller = select.poll()
         watched: dict[int, tuple[int, bool]] = {}  # fd -> (worker, is its process sentinel)
         for w in workers:
-            watched[remotes[w].fileno()] = (w, False)
-            watched[processes[w].sentinel] = (w, True)
+            pipe, sentinel = self.fds(w)
+            watched[pipe], watched[sentinel] = (w, False), (w, True)
         for fd in watched:
             poller.register(fd, select.POLLIN)
         pending = set(workers)
 
         def forget(w: int) -> None:
             pending.discard(w)
-            for fd in (remotes[w].fileno(), processes[w].sentinel):
+            for fd in self.fds(w):
                 if watched.pop(fd, None) is not None:
                     poller.unregister(fd)
 
@@ -322,12 +320,12 @@ class WorkerPool:
                     continue
                 w, is_sentinel = watched[fd]
                 if is_sentinel:  # the process ended; a reply it sent first is still read
-                    if not remotes[w].poll():
+                    if not self.has_reply(w):
                         faults[w] = self.lost(w, command)
                         forget(w)
                     continue
                 try:
-                    ok, payload = pickle.loads(remotes[w].recv_bytes())
+                    ok, payload = self.receive(w)
                 except (EOFError, OSError):
                     faults[w] = self.lost(w, command)
                     forget(w)
@@ -370,25 +368,6 @@ def _send_within(remote: Connection, data: bytes, timeout: float) -> bool:
     finally:
         os.set_blocking(fd, True)
     return True
-
-
-def _pickle_factories(fns: list[Callable[[], Any]], first: int, method: str) -> bytes:
-    """Cloudpickle a worker's factories now, so an unpicklable one fails here with a useful message."""
-    try:
-        return cloudpickle.dumps(fns)
-    except Exception:
-        for i, fn in enumerate(fns):
-            try:
-                cloudpickle.dumps(fn)
-            except Exception as fn_exc:
-                exc = fn_exc
-                first += i
-                break
-        raise TypeError(
-            f"the factory of env {first} cannot be pickled, which the '{method}' start method needs "
-            f"({type(exc).__name__}: {exc}). Make it a module-level function or a functools.partial of "
-            "picklable arguments, or use start_method='fork'."
-        ) from exc
 
 
 @contextmanager

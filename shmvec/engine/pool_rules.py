@@ -1,6 +1,6 @@
 """The rules of pool mode: the orders a batch can be made in, which worker counts fill a batch with
 whole groups, and what one ``recv`` gives (:class:`PoolBatch`). The scheduling itself is in
-:mod:`shmvec.engine.scheduler`.
+:mod:`shmvec.engine.scheduler`, the reading of a batch in :mod:`shmvec.engine.pool_reader`.
 """
 
 from __future__ import annotations
@@ -9,6 +9,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+# The "reply" of a worker rebuilt by restart mode: its envs end their episode (read no codec frame).
+RESTARTED = "restarted"
 
 FIRST_READY = "first_ready"
 DETERMINISTIC = "deterministic"
@@ -68,4 +71,4 @@ class PoolBatch:
     infos: dict[int, dict[str, Any]]
 
 
-__all__ = ["DETERMINISTIC", "FIRST_READY", "POOL_ORDERS", "PoolBatch", "pool_workers"]
+__all__ = ["DETERMINISTIC", "FIRST_READY", "POOL_ORDERS", "RESTARTED", "PoolBatch", "pool_workers"]

@@ -193,9 +193,9 @@ class Reader:
                 self.slots.lent[slot].append(arrays[j])
         envs = range(self.n_envs) if only is None else list(only)
         if self.pool is None or only is not None:
-            self._decode_envs(envs, outs, finals)
+            self.decode_envs(envs, outs, finals)
         else:
-            futures = [self.pool.submit(self._decode_envs, c, outs, finals) for c in self.chunks]
+            futures = [self.pool.submit(self.decode_envs, c, outs, finals) for c in self.chunks]
             wait(futures)  # all of them, even when one fails: none may still run during the next step
             for future in futures:
                 future.result()
@@ -206,7 +206,13 @@ class Reader:
         self._last_slot = slot
         return arrays, finals
 
-    def _decode_envs(self, envs: Sequence[int], outs: dict[int, np.ndarray], finals: dict[int, list]) -> None:
+    def decode_envs(
+        self, envs: Sequence[int], outs: dict[int, np.ndarray], finals: dict[int, list] | None = None
+    ) -> None:
+        """Decode the frames the workers encoded for ``envs`` (in order: each env's codec stream
+        advances) into ``outs`` (leaf -> array of every env's row); for the envs that are keys of
+        ``finals``, append their terminal leaves (every leaf, raw or decoded) to its lists."""
+        finals = {} if finals is None else finals
         for i in envs:
             final = finals.get(i)
             for j in range(self.n_leaves):

@@ -16,7 +16,6 @@ processes' sentinels, with the earliest step deadline as its timeout: no busy-wa
 from __future__ import annotations
 
 import math
-import pickle
 import select
 import time
 from collections.abc import Sequence
@@ -25,15 +24,14 @@ from typing import Any
 import numpy as np
 
 from shmvec.engine.core import Engine
-from shmvec.engine.failures import env_error
-from shmvec.engine.pool_rules import FIRST_READY, POOL_ORDERS, PoolBatch
+from shmvec.engine.pool_reader import PoolReader
+from shmvec.engine.pool_rules import FIRST_READY, POOL_ORDERS, RESTARTED, PoolBatch
 from shmvec.errors import EnvTimeoutError
+from shmvec.failures import env_error
 from shmvec.protocol import Command, RemoteError
 from shmvec.restart import Fault
 
 _IN_RING = object()  # marks an action already written into the ring's typed action buffer
-# The "reply" of a worker rebuilt by restart mode: its envs end their episode (read no codec frame).
-_RESTARTED = "restarted"
 
 
 class PoolScheduler:
@@ -63,22 +61,7 @@ class PoolScheduler:
         self.next_worker = 0  # deterministic order: the first group of the next batch
         self.reset_payloads: list[Any] = [None] * n_workers  # of the last async_reset, for a retry
         self.last_ids: np.ndarray | None = None
-        self.n_received = 0
-        ring = engine.ring
-        self.readonly_out: list[list[np.ndarray]] | None = None
-        if not engine.options.copy:
-            # copy=False: read-only batches in n_slots buffers, reused in turn.
-            self.readonly_out = []
-            for leaf in engine.obs_leaves:
-                bufs = [np.zeros((batch_size, *leaf.shape), leaf.dtype) for _ in range(n_slots)]
-                self.readonly_out.append(bufs)
-        reader = engine.reader
-        # Encoded leaves are decoded into one array per leaf (every env's last observation).
-        self.decoded = {
-            j: np.zeros((engine.num_envs, *engine.obs_leaves[j].shape), engine.obs_leaves[j].dtype)
-            for j in reader.decoded
-        }
-        self.raw = {j: ring.obs(j) for j in reader.raw}
+        self.reading = PoolReader(engine, batch_size, n_slots)
 
     # ------------------------------------------------------------------ state
 
@@ -112,8 +95,9 @@ class PoolScheduler:
         self.pending.clear()
         self.last_ids = None
 
-    def async_reset(self, seeds: Sequence[int | None], options: Sequence[Any]) -> None:
-        """Reset every env in its worker; the reset observations come back through :meth:`recv`."""
+    def async_reset(self, seeds: Sequence[int | None], kwargs: Sequence[dict[str, Any]]) -> None:
+        """Reset every env in its worker (seeds and reset keyword arguments as for
+        :meth:`Engine.reset`); the reset observations come back through :meth:`recv`."""
         engine = self.engine
         engine.check_open()
         self.drain()
@@ -127,7 +111,7 @@ class PoolScheduler:
             ring.terminated[slot, g.start : g.stop] = False
             ring.truncated[slot, g.start : g.stop] = False
             engine.supervisor.needs_reset.pop(w, None)
-            payload = (slot, list(seeds[g.start : g.stop]), list(options[g.start : g.stop]), None)
+            payload = (slot, list(seeds[g.start : g.stop]), list(kwargs[g.start : g.stop]), None)
             self.reset_payloads[w] = payload
             self._post(w, Command.RESET, payload)
 
@@ -136,8 +120,7 @@ class PoolScheduler:
         slot = self.engine.slots.current
         self.slot = [slot] * len(self.groups)
         self.prev = list(self.slot)
-        for j, buf in self.decoded.items():
-            buf[...] = arrays[j]
+        self.reading.after_reset(arrays)
         self.last_ids = np.arange(self.engine.num_envs, dtype=np.int32)
 
     # ------------------------------------------------------------------ send
@@ -180,8 +163,8 @@ class PoolScheduler:
             if w not in touched:
                 touched.append(w)
         full = [w for w in touched if len(self.pending[w]) == len(self.groups[w])]
-        if full and engine._openmp is not None:
-            engine._openmp.pause()  # before sending: the policy's idle threads free the workers' cores
+        if full:
+            engine.pause_policy_threads()  # before sending: the idle threads free the workers' cores
         for w in full:
             self._post_step(w)
         if self.last_ids is not None and env_ids is None:
@@ -209,7 +192,7 @@ class PoolScheduler:
         slot = self._advance(w)
         if w in self.engine.supervisor.needs_reset:
             # Rebuilt since its last step (restart mode): its envs end their episode now.
-            self.ready[w] = (_RESTARTED, self._end_episodes(w))
+            self.ready[w] = (RESTARTED, self._end_episodes(w))
             return
         ring_actions = self.engine.ring.actions
         payload: Any = None
@@ -235,52 +218,13 @@ class PoolScheduler:
 
         :raises RuntimeError: when too few groups are stepping to fill a batch (a hang otherwise).
         """
-        engine = self.engine
-        engine.check_open()
+        self.engine.check_open()
         workers = self._await_batch()
         # Taken before reading: a failed read (a codec error) leaves them received, not stuck.
         replies = [self.ready.pop(w) for w in workers]
-        ids = np.concatenate([np.arange(self.groups[w].start, self.groups[w].stop) for w in workers])
-        ring = engine.ring
-        rows = [(self.slot[w], self.groups[w]) for w in workers]
-        # Decode first (the envs' codec streams advance), then gather every leaf.
-        if self.decoded:
-            envs = [i for w, (cmd, _) in zip(workers, replies) if cmd != _RESTARTED for i in self.groups[w]]
-            engine.reader._decode_envs(envs, self.decoded, {})
-        out: list[np.ndarray] = []
-        for j in range(len(engine.obs_leaves)):
-            parts = [
-                self.decoded[j][g.start : g.stop] if j in self.decoded else self.raw[j][s, g.start : g.stop]
-                for s, g in rows
-            ]
-            if self.readonly_out is None:
-                out.append(np.concatenate(parts))
-            else:
-                buf = self.readonly_out[j][self.n_received % self.n_slots]
-                np.concatenate(parts, out=buf)
-                view = buf.view()
-                view.flags.writeable = False
-                out.append(view)
-        rewards, terminated, truncated = (
-            np.concatenate([field[s, g.start : g.stop] for s, g in rows])
-            for field in (ring.rewards, ring.terminated, ring.truncated)
-        )
-        infos: dict[int, dict[str, Any]] = {}
-        typed = engine.typed_infos.columns
-        pos = 0
-        for w, (cmd, reply) in zip(workers, replies):
-            group = self.groups[w]
-            if typed is not None and cmd == Command.STEP.value:
-                # Numeric values the worker wrote into the ring's typed info columns (shmvec.infos).
-                by_env = _infos(cmd, reply, group.start)
-                typed.read(self.slot[w], [group], by_env)
-                infos.update({pos + i - group.start: info for i, info in by_env.items()})
-            else:
-                infos.update(_infos(cmd, reply, pos))
-            pos += len(group)
-        self.n_received += 1
-        self.last_ids = ids.astype(np.int32)
-        return PoolBatch(self.last_ids.copy(), out, rewards, terminated, truncated, infos)
+        batch = self.reading.read([self.groups[w] for w in workers], [self.slot[w] for w in workers], replies)
+        self.last_ids = batch.env_ids.copy()
+        return batch
 
     def _await_batch(self) -> list[int]:
         """The workers of the next batch, once they are all ready."""
@@ -318,12 +262,11 @@ class PoolScheduler:
     def _wait(self) -> None:
         """Block until at least one worker in flight answers, dies or passes its deadline."""
         pool = self.engine.pool
-        remotes, processes = pool.res.remotes, pool.res.processes
         poller = select.poll()
         watched: dict[int, tuple[int, bool]] = {}
         for w in self.in_flight:
-            watched[remotes[w].fileno()] = (w, False)
-            watched[processes[w].sentinel] = (w, True)
+            pipe, sentinel = pool.fds(w)
+            watched[pipe], watched[sentinel] = (w, False), (w, True)
         for fd in watched:
             poller.register(fd, select.POLLIN)
         deadline = min(d for _, d in self.in_flight.values())
@@ -332,7 +275,7 @@ class PoolScheduler:
         done: list[int] = []
         for fd, _ in events:
             w, is_sentinel = watched[fd]
-            if w in done or (is_sentinel and remotes[w].poll()):
+            if w in done or (is_sentinel and pool.has_reply(w)):
                 continue  # a reply it sent before ending is read through its pipe
             cmd = self.in_flight[w][0]
             done.append(w)
@@ -341,7 +284,7 @@ class PoolScheduler:
                 self._fault(w, cmd, pool.lost(w, cmd))
                 continue
             try:
-                ok, payload = pickle.loads(remotes[w].recv_bytes())
+                ok, payload = pool.receive(w)
             except (EOFError, OSError):
                 self._fault(w, cmd, pool.lost(w, cmd))
                 continue
@@ -364,7 +307,7 @@ class PoolScheduler:
     def _env_raised(self, w: int, cmd: str, err: RemoteError) -> None:
         engine = self.engine
         if engine.restart:
-            self._fault(w, cmd, engine._env_fault(w, err))
+            self._fault(w, cmd, engine.env_fault(w, err))
             return
         if engine.reader.decoded:
             # Some of its envs encoded a frame that will never be decoded: restart their streams.
@@ -384,32 +327,16 @@ class PoolScheduler:
             self.ready[w] = (cmd, infos.get(w, [None] * len(self.groups[w])))
             return
         engine.supervisor.rebuild([fault])
-        self.ready[w] = (_RESTARTED, self._end_episodes(w))
+        self.ready[w] = (RESTARTED, self._end_episodes(w))
 
     def _end_episodes(self, w: int) -> list[tuple[int, dict, None]]:
         """Restart mode: worker ``w`` was rebuilt; its envs end their episode in its current slot,
         truncated, with the last observation the caller saw, and reset in place of their next step."""
-        engine, g = self.engine, self.groups[w]
-        supervisor = engine.supervisor
-        # The supervisor ends the episodes of every rebuilt worker in one slot; each worker of a
-        # pool has its own, so it is handed this one alone.
-        others = {k: v for k, v in supervisor.needs_reset.items() if k != w}
-        supervisor.needs_reset = {w: supervisor.needs_reset[w]}
-        try:
-            _, infos = supervisor.end_episodes(self.slot[w], same_step=False)
-        finally:
-            supervisor.needs_reset.update(others)
-        for obs in self.raw.values():
-            obs[self.slot[w], g.start : g.stop] = obs[self.prev[w], g.start : g.stop]
+        g = self.groups[w]
+        # Each worker of a pool has its own slot: its episodes alone end in it.
+        _, infos = self.engine.supervisor.end_episodes(self.slot[w], same_step=False, only=w)
+        self.reading.carry_last(g, self.slot[w], self.prev[w])
         return [(i - g.start, infos[i][0], None) for i in g]
-
-
-def _infos(cmd: str, reply: Any, first: int) -> dict[int, dict[str, Any]]:
-    """Batch position -> info of one group's reply (a step's ``(i, info, reset_info)`` triples, or
-    a reset's list of infos)."""
-    if cmd == Command.RESET.value:
-        return {first + k: info for k, info in enumerate(reply) if info}
-    return {first + i: info for i, info, _ in reply or () if info}
 
 
 __all__ = ["PoolScheduler"]

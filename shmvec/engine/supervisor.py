@@ -15,8 +15,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from shmvec.engine.failures import add_note
 from shmvec.engine.reader import Reader
+from shmvec.failures import add_note
 from shmvec.restart import REASON_KEY, RESTARTED_KEY, Fault, RestartBudget, restart_seed
 from shmvec.ring import Ring
 
@@ -117,9 +117,11 @@ class Supervisor:
         return out
 
     def end_episodes(
-        self, slot: int, same_step: bool
+        self, slot: int, same_step: bool, only: int | None = None
     ) -> tuple[dict[int, list[np.ndarray]], dict[int, tuple[dict[str, Any], dict[str, Any] | None]]]:
         """End the episodes of the rebuilt workers' envs in ``slot``: reward 0, truncated.
+        ``only``: of that worker alone (pool mode: each worker writes its own slot); the others
+        stay in :attr:`needs_reset`.
 
         ``same_step``: the envs are reset now; the last observation the caller saw becomes their
         terminal observation. Otherwise their row keeps that last observation (the engine carries it
@@ -131,8 +133,10 @@ class Supervisor:
         host, ring = self.host, self.host.ring
         finals: dict[int, list[np.ndarray]] = {}
         infos: dict[int, tuple[dict[str, Any], dict[str, Any] | None]] = {}
-        while self.needs_reset:
-            workers = sorted(self.needs_reset)
+        while True:
+            workers = sorted(w for w in self.needs_reset if only is None or w == only)
+            if not workers:
+                break
             seeds = [self.reset_seeds(w) for w in workers]
             if same_step:
                 for w in workers:
@@ -142,7 +146,8 @@ class Supervisor:
                     last = host.reader.previous(slice(g.start, g.stop))
                     for k, i in enumerate(g):
                         finals[i] = [leaf[k] for leaf in last]
-                payloads = [(slot, s, [None] * len(s), None) for s in seeds]
+                # No options, as an autoreset.
+                payloads: list[Any] = [(slot, s, [{}] * len(s), None) for s in seeds]
                 results, faults = host.reset_workers(workers, payloads)
             else:
                 results, faults = [None] * len(workers), host.arm(workers, seeds)

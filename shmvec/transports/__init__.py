@@ -7,12 +7,13 @@ machine; observations travel encoded by the codecs as Ray return values
 (:mod:`shmvec.worker`) and give the engine the same interface, so the faces do not know which one
 runs.
 
-This module imports no Ray: the local backend never loads it.
+This module imports no Ray: the local backend never loads it. Nothing here imports the engine
+(arrows point down); the engine picks the pool class (:func:`shmvec.engine.options.pool_class`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from shmvec.layout import Leaf
@@ -58,18 +59,4 @@ def default_codecs(obs_leaves: list[Leaf]) -> tuple[Codec | None, ...] | None:
     return None if all(c is None for c in codecs) else codecs
 
 
-def pool_class(backend: str, ray_options: Mapping[str, Any] | None) -> Callable[..., Any]:
-    """What builds the engine's worker pool for ``backend``, called with the arguments of
-    :class:`shmvec.engine.pool.WorkerPool`."""
-    if backend == "ray":
-        import functools
-
-        from shmvec.transports.ray_pool import RayPool  # imports Ray: only for this backend
-
-        return functools.partial(RayPool, ray_options=ray_options)
-    from shmvec.engine.pool import WorkerPool
-
-    return WorkerPool
-
-
-__all__ = ["BACKENDS", "check_backend", "default_codecs", "pool_class"]
+__all__ = ["BACKENDS", "check_backend", "default_codecs"]

@@ -31,10 +31,9 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on what is installed
     raise ImportError(f'backend="ray" needs Ray: pip install "shmvec[ray]" ({exc})') from None
 
-from shmvec.engine.failures import timeout_error, worker_label
-from shmvec.engine.pool import Outcome, _pickle_factories
 from shmvec.errors import WorkerCrashedError
-from shmvec.protocol import Command
+from shmvec.failures import timeout_error, worker_label
+from shmvec.protocol import Command, Outcome, pickle_factories
 from shmvec.restart import Fault
 from shmvec.transports.ray_actor import RayWorker
 from shmvec.transports.ray_wire import unpack
@@ -153,7 +152,9 @@ class RayPool:
         self.worker_envs, self.worker_threads, self.timeout = worker_envs, worker_threads, timeout
         self.isolate_rng = isolate_rng
         # Pickled once here: a factory that cannot be pickled fails now, naming its env.
-        self.worker_fns = [_pickle_factories([env_fns[i] for i in g], g.start, "ray") for g in worker_envs]
+        self.worker_fns = [
+            pickle_factories([env_fns[i] for i in g], g.start, 'backend="ray"') for g in worker_envs
+        ]
         self.actor_options = {**_DEFAULT_OPTIONS, **(ray_options or {})}
         self.res = RayResources(connect())
         self.actor_class = ray.remote(RayWorker)
