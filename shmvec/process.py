@@ -83,21 +83,6 @@ def pin_to_cpu(cpu: int | None) -> None:
         os.sched_setaffinity(0, {cpu})
 
 
-def _sched_getcpu() -> Any:
-    try:
-        return ctypes.CDLL(None).sched_getcpu
-    except (OSError, AttributeError):  # not glibc/musl
-        return None
-
-
-_SCHED_GETCPU = _sched_getcpu()
-
-
-def current_cpu() -> int | None:
-    """The CPU the calling thread runs on right now (None where the C library cannot tell)."""
-    return None if _SCHED_GETCPU is None else int(_SCHED_GETCPU())
-
-
 def exit_with_parent() -> None:
     """Ask Linux to SIGKILL this worker when its parent dies, even if an env hangs in C code.
 

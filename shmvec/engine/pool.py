@@ -9,6 +9,7 @@ through one path, :meth:`Resources.release` (:mod:`shmvec.engine.resources`), wh
 
 from __future__ import annotations
 
+import ctypes
 import math
 import os
 import pickle
@@ -23,7 +24,7 @@ from typing import Any
 
 from shmvec.engine.resources import Resources
 from shmvec.failures import crash_error, timeout_error
-from shmvec.process import current_cpu, thread_env
+from shmvec.process import thread_env
 from shmvec.protocol import Command, Outcome, RemoteError, pickle_factories
 from shmvec.restart import Fault
 from shmvec.worker import worker_main
@@ -39,6 +40,21 @@ def usable_cpus() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
         return os.cpu_count() or 1
+
+
+def _sched_getcpu() -> Any:
+    try:
+        return ctypes.CDLL(None).sched_getcpu
+    except (OSError, AttributeError):  # not glibc/musl
+        return None
+
+
+_SCHED_GETCPU = _sched_getcpu()
+
+
+def current_cpu() -> int | None:
+    """The CPU the calling thread runs on right now (None where the C library cannot tell)."""
+    return None if _SCHED_GETCPU is None else int(_SCHED_GETCPU())
 
 
 def split_envs(n_envs: int, n_workers: int) -> list[range]:
