@@ -188,7 +188,7 @@ class InfoColumns:
         self.last = row = bytes(flags)
         if not any(row):
             return
-        wanted = None if sum(len(g) for g in envs) == self.n_envs else {i for g in envs for i in g}
+        wanted = None if sum(map(len, envs)) == self.n_envs else {i for g in envs for i in g}
         # Consumed: a flag is good for one write only, so a worker without the schema (one being
         # rebuilt) can never leave a stale 1 that makes old values look like this step's. Only the
         # flags read: in pool mode other groups' rows of this slot may still be unread.

@@ -121,6 +121,13 @@ def _flatten_tuple(space: spaces.Tuple, obs: Any, out: list[Any], path: Path = (
     return out
 
 
+def assemble(space: spaces.Space, arrays: list[Any]) -> Any:
+    """The observation (array, dict or tuple) of leaf values listed in :func:`leaves` order."""
+    if not isinstance(space, (spaces.Dict, spaces.Tuple)):
+        return arrays[0]  # one leaf: no dispatch on the per-step path
+    return unflatten(space, iter(arrays))
+
+
 @singledispatch
 def unflatten(space: spaces.Space, arrays: Iterator[Any]) -> Any:
     """Rebuild an observation (array, dict or tuple) from leaf values given in :func:`leaves` order."""

@@ -26,7 +26,7 @@ from shmvec.engine.core import Engine
 from shmvec.engine.options import Options
 from shmvec.errors import ShmVecEnvError
 from shmvec.frame_stack import ChannelsOrder
-from shmvec.layout import unflatten
+from shmvec.layout import assemble
 from shmvec.protocol import Command
 
 if TYPE_CHECKING:
@@ -229,7 +229,7 @@ class ShmVecEnv(VecEnv):
         return self._engine
 
     def _obs(self, arrays: list[np.ndarray]) -> VecEnvObs:
-        return unflatten(self.observation_space, iter(arrays))
+        return assemble(self.observation_space, arrays)
 
     def reset(self) -> VecEnvObs:
         """Reset every env with the seeds/options set by ``seed()``/``set_options()`` (used once)."""

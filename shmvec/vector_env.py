@@ -27,7 +27,7 @@ from shmvec.engine.pool import usable_cpus
 from shmvec.engine.pool_rules import FIRST_READY, POOL_ORDERS, pool_workers
 from shmvec.engine.scheduler import PoolScheduler
 from shmvec.frame_stack import ChannelsOrder
-from shmvec.layout import unflatten
+from shmvec.layout import assemble
 from shmvec.protocol import Command
 from shmvec.vector_pool import PoolMethods
 
@@ -203,7 +203,7 @@ class ShmVectorEnv(PoolMethods, VectorEnv):
         return self._engine
 
     def _obs(self, arrays: list[np.ndarray]) -> Any:
-        return unflatten(self.single_observation_space, iter(arrays))
+        return assemble(self.single_observation_space, arrays)
 
     def reset(
         self, *, seed: int | Sequence[int | None] | None = None, options: dict[str, Any] | None = None

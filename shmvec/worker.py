@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import os
+import pickle
 import signal
 from collections.abc import Callable
 from multiprocessing.connection import Connection
@@ -28,7 +29,7 @@ from shmvec.errors import ObservationError
 from shmvec.infos import InfoColumns
 from shmvec.layout import Leaf, check_finite, flatten, inf_allowed, leaves, write_leaf
 from shmvec.process import GlobalRngs, enable_faulthandler, exit_with_parent, limit_threads, pin_to_cpu
-from shmvec.protocol import READY, Command, RemoteError
+from shmvec.protocol import READY, Command, RemoteError, read_message, write_message
 from shmvec.ring import Ring, RingSpec
 
 if TYPE_CHECKING:
@@ -295,8 +296,9 @@ def worker_main(
     pin_to_cpu(cpu)
     limit_threads(n_threads)
     pid = os.getpid()
+    fd = conn.fileno()
     worker, reply = start_worker(env_fns, first_env, isolate_rng, pid)
-    conn.send(reply)
+    _send(fd, reply)
     if worker is None:
         conn.close()
         return
@@ -304,21 +306,28 @@ def worker_main(
     try:
         while True:
             try:
-                cmd, payload = conn.recv()
+                cmd, payload = pickle.loads(read_message(fd))
             except (EOFError, OSError):
                 break  # the main process is gone
             if cmd == Command.CLOSE:
                 break
             reply = answer(worker, handlers, cmd, payload, pid)
             try:
-                conn.send(reply)
+                _send(fd, reply)
+            except OSError:
+                break  # the main process is gone
             except Exception as exc:  # e.g. an info dict or attribute value that cannot be pickled
                 # Pickling fails before anything is written, so the pipe is still in step.
                 env_index, exc = unpicklable(cmd, payload, reply[1], first_env, exc)
-                conn.send((False, RemoteError.capture(exc, env_index, Command(cmd).label(payload), pid)))
+                _send(fd, (False, RemoteError.capture(exc, env_index, Command(cmd).label(payload), pid)))
     finally:
         worker.close()
         conn.close()
+
+
+def _send(fd: int, reply: tuple[bool, Any]) -> None:
+    # Plain pickle, as the main process sends: Connection.send builds a ForkingPickler per message.
+    write_message(fd, pickle.dumps(reply, pickle.HIGHEST_PROTOCOL))
 
 
 def start_worker(

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import functools
 import os
+import threading
 from multiprocessing import connection
 
 import numpy as np
 import pytest
 
 from shmvec import ShmVecEnv
+from shmvec.engine import pool
+from shmvec.protocol import read_message, write_message
 from shmvec.synthetic import SyntheticImageEnv
 from tests.envs import DictImageEnv
 from tests.helpers import run_script
@@ -17,21 +20,21 @@ from tests.helpers import run_script
 
 @pytest.fixture
 def pipe_bytes(monkeypatch):
-    """Count the bytes the main process sends and receives through multiprocessing pipes."""
+    """Count the bytes the main process sends and receives through the worker pipes."""
     counts = {"sent": 0, "received": 0}
-    send, recv = connection.Connection._send_bytes, connection.Connection._recv_bytes
+    write, read = pool.write_message, pool.read_message
 
-    def counting_send(self, buf):
-        counts["sent"] += len(buf)
-        return send(self, buf)
+    def counting_write(fd, data):
+        counts["sent"] += len(data)
+        return write(fd, data)
 
-    def counting_recv(self, maxsize=None):
-        out = recv(self, maxsize)
-        counts["received"] += out.getbuffer().nbytes
+    def counting_read(fd):
+        out = read(fd)
+        counts["received"] += len(out)
         return out
 
-    monkeypatch.setattr(connection.Connection, "_send_bytes", counting_send)
-    monkeypatch.setattr(connection.Connection, "_recv_bytes", counting_recv)
+    monkeypatch.setattr(pool, "write_message", counting_write)
+    monkeypatch.setattr(pool, "read_message", counting_read)
     return counts
 
 
@@ -50,8 +53,45 @@ def test_no_observation_crosses_a_pipe(no_leaks, pipe_bytes):
         sent = pipe_bytes["sent"] - before["sent"]
         received = pipe_bytes["received"] - before["received"]
     assert ends > 20
+    assert sent > 0 and received > 0  # the commands and replies were counted
     per_step = (sent + received) / steps
     assert per_step < 1024, f"{per_step:.0f} bytes per step through the pipes"
+
+
+@pytest.mark.parametrize("size", [0, 1, 4096, 1 << 16, (1 << 16) + 1, 3 << 20])
+def test_framing_round_trip_and_matches_connection(size):
+    """Messages of every size arrive whole, one per read, in multiprocessing.Connection's framing
+    (which close() still uses to send ``close`` and drain): larger than the pipe's buffer too."""
+    data = os.urandom(size)
+    ours, theirs = connection.Pipe(duplex=False)  # (read end, write end)
+    try:
+        writer = threading.Thread(
+            target=lambda: (write_message(theirs.fileno(), data), theirs.send_bytes(data))
+        )
+        writer.start()
+        assert read_message(ours.fileno()) == data
+        assert read_message(ours.fileno()) == data
+        writer.join()
+        writer = threading.Thread(target=lambda: write_message(theirs.fileno(), data))
+        writer.start()
+        assert ours.recv_bytes() == data
+        writer.join()
+    finally:
+        ours.close()
+        theirs.close()
+
+
+def test_framing_refuses_a_cut_message():
+    """A writer gone at a message boundary, or in the middle of one, is EOFError, never a short read."""
+    for cut in (0, 2, 4 + 10):
+        r, w = os.pipe()
+        try:
+            os.write(w, (b"\x00\x00\x00\x40" + b"x" * 64)[:cut])
+            os.close(w)
+            with pytest.raises(EOFError):
+                read_message(r)
+        finally:
+            os.close(r)
 
 
 def test_workers_run_one_blas_thread_even_with_fork(no_leaks):

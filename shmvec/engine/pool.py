@@ -14,18 +14,24 @@ import math
 import os
 import pickle
 import select
-import struct
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import contextmanager, suppress
-from multiprocessing.connection import Connection
 from typing import Any
 
 from shmvec.engine.resources import Resources
 from shmvec.failures import crash_error, timeout_error
 from shmvec.process import thread_env
-from shmvec.protocol import Command, Outcome, RemoteError, pickle_factories
+from shmvec.protocol import (
+    Command,
+    Outcome,
+    RemoteError,
+    frame_header,
+    pickle_factories,
+    read_message,
+    write_message,
+)
 from shmvec.restart import Fault
 from shmvec.worker import worker_main
 
@@ -117,6 +123,8 @@ class WorkerPool:
         self.isolate_rng, self.worker_cpus = isolate_rng, worker_cpus
         self.worker_threads, self.timeout = worker_threads, timeout
         self.res = Resources()
+        # Per worker: its pipe's fd and its process sentinel, looked up on every step otherwise.
+        self._fds: list[tuple[int, int]] = []
         # Kept in the main process: a replaced worker is rebuilt from them.
         self.worker_fns: list[bytes | list[Callable[[], Any]]] = []
         needed_by, way_out = f"the '{start_method}' start method", "use start_method='fork'"
@@ -163,11 +171,13 @@ class WorkerPool:
         with _environ(thread_env(self.worker_threads)):
             process.start()
         work_remote.close()
+        fds = (remote.fileno(), process.sentinel)
         if w < len(res.processes):
-            res.processes[w], res.remotes[w] = process, remote
+            res.processes[w], res.remotes[w], self._fds[w] = process, remote, fds
         else:
             res.processes.append(process)
             res.remotes.append(remote)
+            self._fds.append(fds)
 
     def started(self, workers: Sequence[int], stop_on_fault: bool) -> Outcome:
         """Wait for the start-up replies of ``workers``, then unlink their fault logs' names (the
@@ -196,14 +206,14 @@ class WorkerPool:
 
     def send(self, w: int, cmd: Command, payload: Any, label: str) -> Fault | None:
         """Send one command; the fault if the worker is dead or does not take it within ``timeout``."""
-        # Plain pickle + send_bytes: Connection.send builds a ForkingPickler per message, which
-        # costs more than the rest of sending a step command.
+        # Plain pickle: Connection.send builds a ForkingPickler per message, which costs more than
+        # the rest of sending a step command.
         data = pickle.dumps((cmd.value, payload), pickle.HIGHEST_PROTOCOL)
-        remote = self.res.remotes[w]
+        fd = self._fds[w][0]
         try:
             if self.timeout is None or len(data) <= _SMALL_MESSAGE:
-                remote.send_bytes(data)
-            elif not _send_within(remote, data, self.timeout):
+                write_message(fd, data)
+            elif not _send_within(fd, data, self.timeout):
                 return self.hung(w, label, "it was killed", "take")
         except (BrokenPipeError, ConnectionResetError, EOFError):
             return self.lost(w, label)
@@ -277,18 +287,20 @@ class WorkerPool:
 
     def fds(self, w: int) -> tuple[int, int]:
         """What to ``poll`` for worker ``w``: its pipe (a reply) and its process sentinel (its end)."""
-        return self.res.remotes[w].fileno(), self.res.processes[w].sentinel
+        return self._fds[w]
 
     def has_reply(self, w: int) -> bool:
         """Whether worker ``w``'s pipe holds a reply (one it sent before ending is still read)."""
-        return self.res.remotes[w].poll()
+        poller = select.poll()
+        poller.register(self._fds[w][0], select.POLLIN)
+        return any(event & select.POLLIN for _, event in poller.poll(0))
 
     def receive(self, w: int) -> tuple[bool, Any]:
         """Worker ``w``'s next reply, ``(ok, result or RemoteError)``.
 
         :raises EOFError, OSError: when the worker is gone (see :meth:`lost`).
         """
-        return pickle.loads(self.res.remotes[w].recv_bytes())
+        return pickle.loads(read_message(self._fds[w][0]))
 
     def gather(self, workers: Iterable[int], command: str, stop_on_fault: bool) -> Outcome:
         """Wait for one reply from each worker, watching for death and the timeout.
@@ -362,12 +374,10 @@ class WorkerPool:
             return ""
 
 
-def _send_within(remote: Connection, data: bytes, timeout: float) -> bool:
-    """``remote.send_bytes(data)`` (same framing), giving up after ``timeout`` seconds of a full pipe;
+def _send_within(fd: int, data: bytes, timeout: float) -> bool:
+    """:func:`~shmvec.protocol.write_message`, giving up after ``timeout`` seconds of a full pipe;
     False then (part of the message may have been written)."""
-    size = len(data)
-    header = struct.pack("!i", size) if size <= 0x7FFFFFFF else struct.pack("!iQ", -1, size)
-    fd = remote.fileno()
+    header = frame_header(len(data))
     deadline = time.monotonic() + timeout
     poller = select.poll()
     poller.register(fd, select.POLLOUT)

@@ -7,7 +7,7 @@ more. With ``copy=False`` the caller gets read-only views and slots simply rotat
 
 from __future__ import annotations
 
-import sys
+from sys import getrefcount
 
 import numpy as np
 
@@ -30,7 +30,7 @@ class Slots:
     def free(self, slot: int) -> bool:
         # References to a lent array: our list, the loop variable, getrefcount's argument. Anything
         # above that is the caller (or a view, tensor or memoryview derived from it) still using it.
-        return all(sys.getrefcount(a) <= 3 for a in self.lent[slot])
+        return all(getrefcount(a) <= 3 for a in self.lent[slot])
 
     def advance(self) -> int:
         """Move to the slot the workers write next: the next one in rotation that nobody still reads.
@@ -50,7 +50,8 @@ class Slots:
     def can_lend(self, slot: int) -> bool:
         """Whether ``slot`` may be lent: another slot stays free for the next write. Counts a
         fallback to copying when it may not."""
-        if any(self.free(s) for s in range(self.n_slots) if s != slot):
-            return True
+        for s in range(self.n_slots):
+            if s != slot and self.free(s):
+                return True
         self.copy_fallbacks += 1
         return False
