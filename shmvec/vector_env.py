@@ -22,8 +22,8 @@ from gymnasium.vector.utils import batch_space
 
 from shmvec.codecs import CodecSpec
 from shmvec.engine.core import Engine
+from shmvec.engine.groups import usable_cpus
 from shmvec.engine.options import Options
-from shmvec.engine.pool import usable_cpus
 from shmvec.engine.pool_rules import FIRST_READY, POOL_ORDERS, pool_workers
 from shmvec.engine.scheduler import PoolScheduler
 from shmvec.frame_stack import ChannelsOrder

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from shmvec import ShmVecEnv
-from shmvec.engine import pool
 from shmvec.protocol import read_message, write_message
 from shmvec.synthetic import SyntheticImageEnv
+from shmvec.transports import local as pool
 from tests.envs import DictImageEnv
 from tests.helpers import run_script
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import psutil
 
-from shmvec.engine.pool import usable_cpus
+from shmvec.engine.groups import usable_cpus
 
 __all__ = ["CpuSnapshot", "Memory", "cpu_snapshot", "memory", "shm_segments", "usable_cpus"]
 

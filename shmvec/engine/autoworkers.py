@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 
-from shmvec.engine.pool import usable_cpus
+from shmvec.engine.groups import usable_cpus
 from shmvec.envapi import make_env
 from shmvec.protocol import Command
 

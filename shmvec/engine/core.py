@@ -19,9 +19,9 @@ from gymnasium import spaces
 from shmvec._start_methods import exit_if_reimported_main
 from shmvec.engine.autoworkers import resolve_auto
 from shmvec.engine.batch import StepBatch
+from shmvec.engine.groups import by_worker, split_envs
 from shmvec.engine.options import Options, context, pool_class
 from shmvec.engine.outcomes import recovering, settle
-from shmvec.engine.pool import WorkerPool, by_worker, split_envs
 from shmvec.engine.reader import Reader
 from shmvec.engine.slots import Slots
 from shmvec.engine.supervisor import Supervisor
@@ -33,6 +33,7 @@ from shmvec.openmp import OpenMPPauser
 from shmvec.protocol import Command
 from shmvec.restart import Fault
 from shmvec.ring import Ring
+from shmvec.transports.local import WorkerPool
 
 
 class Engine:

@@ -14,11 +14,12 @@ import numpy as np
 
 from shmvec._start_methods import resolve_start_method
 from shmvec.codecs import Codec, CodecSpec
-from shmvec.engine.pool import WorkerPool, usable_cpus
+from shmvec.engine.groups import usable_cpus
 from shmvec.frame_stack import ChannelsOrder, stacked_factory
 from shmvec.layout import Leaf
 from shmvec.restart import ON_CRASH_MODES, RestartBudget
 from shmvec.transports import check_backend, default_codecs
+from shmvec.transports.local import WorkerPool
 
 if TYPE_CHECKING:
     from shmvec.fidelity import Tolerance
@@ -189,7 +190,7 @@ def context(start_method: str | None) -> tuple[str, Any]:
 
 def pool_class(backend: str, ray_options: Mapping[str, Any] | None) -> Callable[..., Any]:
     """What builds the engine's worker pool for ``backend``, called with the arguments of
-    :class:`shmvec.engine.pool.WorkerPool`: that class (``"local"``), or the Ray transport's
+    :class:`shmvec.transports.local.WorkerPool`: that class (``"local"``), or the Ray transport's
     :class:`~shmvec.transports.ray_pool.RayPool` with ``ray_options`` (imports Ray)."""
     if backend == "ray":
         from shmvec.transports.ray_pool import RayPool  # imports Ray: only for this backend

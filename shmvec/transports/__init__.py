@@ -1,7 +1,7 @@
 """Transports: how the engine reaches its workers.
 
 ``"local"`` (the default): worker processes on this machine, pipes and one shared-memory ring
-(:class:`shmvec.engine.pool.WorkerPool`). ``"ray"``: each worker is a Ray actor, possibly on another
+(:mod:`shmvec.transports.local`). ``"ray"``: each worker is a Ray actor, possibly on another
 machine; observations travel encoded by the codecs as Ray return values
 (:mod:`shmvec.transports.ray_pool`). Both serve the same commands with the same worker loop
 (:mod:`shmvec.worker`) and give the engine the same interface, so the faces do not know which one

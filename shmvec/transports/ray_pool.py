@@ -1,5 +1,5 @@
 """The Ray transport: each worker is a Ray actor; the same interface as the local
-:class:`~shmvec.engine.pool.WorkerPool`, so the engine drives both the same way.
+:class:`~shmvec.transports.local.WorkerPool`, so the engine drives both the same way.
 
 One Ray call per worker and command: ``actor.call(cmd, payload)`` returns the reply (pickled, as a
 worker's pipe carries it) and, for ``step``/``reset``, the worker's batch packed by
@@ -127,7 +127,7 @@ def drain(refs: Sequence[Any], timeout: float) -> list[Any]:
 
 
 class RayPool:
-    """Ray actors for the workers of one engine; see :class:`shmvec.engine.pool.WorkerPool` for the
+    """Ray actors for the workers of one engine; see :class:`shmvec.transports.local.WorkerPool` for the
     methods (same meaning). ``ctx`` and ``start_method`` are not used.
 
     :param ray_options: options of every actor (``ray.remote(...).options(**ray_options)``:

@@ -1,4 +1,4 @@
-"""Everything an engine must release whatever happens, and the one path that releases it."""
+"""What a local worker pool must release whatever happens, and the one path that releases it."""
 
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
-"""The worker processes: start, replace, stop; send commands; collect replies with their failures.
+"""The local transport: worker processes on this machine, a pipe to each, one shared-memory ring.
 
 :meth:`WorkerPool.call` never raises for what a worker did: it returns an
 :class:`~shmvec.protocol.Outcome` with the results, the exceptions the envs raised and the workers
 that died or hung, and the caller decides (raise, or rebuild the worker). Releasing everything goes
-through one path, :meth:`Resources.release` (:mod:`shmvec.engine.resources`), which a
+through one path, :meth:`Resources.release` (:mod:`shmvec.transports.resources`), which a
 ``weakref.finalize`` also runs if the owner is garbage collected unclosed.
 """
 
@@ -20,7 +20,6 @@ from collections.abc import Callable, Iterable, Sequence
 from contextlib import contextmanager, suppress
 from typing import Any
 
-from shmvec.engine.resources import Resources
 from shmvec.failures import crash_error, timeout_error
 from shmvec.process import thread_env
 from shmvec.protocol import (
@@ -33,19 +32,12 @@ from shmvec.protocol import (
     write_message,
 )
 from shmvec.restart import Fault
+from shmvec.transports.resources import Resources
 from shmvec.worker import worker_main
 
 # A message up to this size (bytes) is written in one go: the worker has read every earlier message
 # (it answered them), so the pipe has room for it. A larger one is written within ``timeout``.
 _SMALL_MESSAGE = 4096
-
-
-def usable_cpus() -> int:
-    """CPUs this process may run on (affinity mask / cgroup-limited where the OS tells)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
 
 
 def _sched_getcpu() -> Any:
@@ -61,38 +53,6 @@ _SCHED_GETCPU = _sched_getcpu()
 def current_cpu() -> int | None:
     """The CPU the calling thread runs on right now (None where the C library cannot tell)."""
     return None if _SCHED_GETCPU is None else int(_SCHED_GETCPU())
-
-
-def split_envs(n_envs: int, n_workers: int) -> list[range]:
-    """Contiguous groups of env indices, sizes differing by at most one (the first ones larger)."""
-    base, extra = divmod(n_envs, n_workers)
-    groups, start = [], 0
-    for w in range(n_workers):
-        size = base + (1 if w < extra else 0)
-        groups.append(range(start, start + size))
-        start += size
-    return groups
-
-
-def by_worker(
-    indices: Sequence[int], worker_envs: list[range]
-) -> list[tuple[int, tuple[list[int], list[int]]]]:
-    """Env indices (negative ones count from the end) grouped by worker, in worker order:
-    ``(worker, (local indices, positions in indices))``.
-
-    :raises IndexError: for an index out of range.
-    """
-    n_envs = worker_envs[-1].stop
-    groups: dict[int, tuple[list[int], list[int]]] = {}
-    for pos, i in enumerate(indices):
-        if not -n_envs <= i < n_envs:
-            raise IndexError(f"env index {i} out of range for {n_envs} envs")
-        i %= n_envs
-        w = next(w for w, g in enumerate(worker_envs) if i in g)
-        local, positions = groups.setdefault(w, ([], []))
-        local.append(i - worker_envs[w].start)
-        positions.append(pos)
-    return sorted(groups.items())
 
 
 class WorkerPool:
