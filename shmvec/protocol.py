@@ -25,9 +25,8 @@ On a local pipe each message is framed as ``multiprocessing.Connection`` frames 
 or -1 and an 8-byte length beyond 2 GiB) and written and read with bare ``os.write``/``os.read``
 (:func:`write_message`, :func:`read_message`): going around Connection's layers of Python per
 message took about a tenth off the main process's CPU per step on an 8-env CartPole. A worker has
-at most one message in
-flight each way (it answers each command before reading the next), so reading exact lengths never
-takes a byte of the next message.
+at most one message in flight each way (it answers each command before reading the next), so
+reading exact lengths never takes a byte of the next message.
 """
 
 from __future__ import annotations
