@@ -1,0 +1,102 @@
+"""The delta codec's kernels against plain numpy, its defaults, and a corrupt run refused."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from shmvec import codecs as C
+from shmvec.codecs import CodecError
+from shmvec.codecs.delta import _BLOCK, _DELTA, _HEAD, _HEADER, _encode_runs
+from shmvec.engine import options as options_module
+from shmvec.engine.options import Options
+
+
+def reference_runs(cur: np.ndarray, prev: np.ndarray) -> np.ndarray:
+    """The runs format, one word at a time in Python: (skip << 32 | length), then the XORed words."""
+    out, w, last = [], 0, 0
+    changed = cur != prev
+    while w < cur.size:
+        if not changed[w]:
+            w += 1
+            continue
+        start = w
+        while w < cur.size and changed[w]:
+            w += 1
+        out.append(((start - last) << 32) | (w - start))
+        out.extend(int(x) for x in cur[start:w] ^ prev[start:w])
+        last = w
+    return np.array(out, np.uint64)
+
+
+# Word counts around the block size; changes at block edges, in the last word, spanning blocks.
+CASES = [
+    (1, [0]),
+    (_BLOCK, [_BLOCK - 1]),
+    (_BLOCK + 1, [_BLOCK]),
+    (3 * _BLOCK + 5, [0, _BLOCK - 1, _BLOCK, 2 * _BLOCK + 3, 3 * _BLOCK + 4]),
+    (4 * _BLOCK, list(range(_BLOCK - 3, 2 * _BLOCK + 2))),  # one run across a block boundary
+    (5 * _BLOCK + 7, []),
+    (100, list(range(0, 100, 2))),  # worst case: every other word
+]
+
+
+@pytest.mark.parametrize(("words", "changed"), CASES)
+def test_encode_runs_matches_reference(words, changed):
+    rng = np.random.default_rng(words)
+    prev = rng.integers(0, 2**63, words, dtype=np.uint64)
+    cur = prev.copy()
+    for w in changed:
+        cur[w] ^= np.uint64(1 + w)
+    expected = reference_runs(cur, prev)
+    kept = prev.copy()
+    runs = np.zeros(words + 1, np.uint64)
+    m = _encode_runs(cur, kept, runs)
+    assert np.array_equal(runs[:m], expected)
+    assert np.array_equal(kept, cur)  # the encoder's reference is now the new frame
+
+
+@pytest.mark.parametrize("backend", ["lz4", "zstd"])
+def test_random_changes_roundtrip_exactly(backend):
+    """Frames of an odd byte count (padded) with a few random changes each, key frame every 5."""
+    codec = C.get("delta", backend=backend, key_every=5)
+    shape = (37, 53, 3)
+    rng = np.random.default_rng(1)
+    frame = rng.integers(0, 256, shape, dtype=np.uint8)
+    enc, dec = codec.new_stream(shape, np.uint8), codec.new_stream(shape, np.uint8)
+    buf = np.empty(codec.max_encoded_size(shape, np.uint8), np.uint8)
+    out = np.empty(shape, np.uint8)
+    for _ in range(40):
+        flat = frame.reshape(-1)
+        flat[rng.integers(0, flat.size, rng.integers(0, 50))] = rng.integers(0, 256, dtype=np.uint8)
+        n = codec.encode(frame, buf, enc)
+        codec.decode(buf[:n], out, dec)
+        assert np.array_equal(out, frame)
+
+
+def test_default_backend_is_lz4():
+    assert C.get("delta").params()["backend"] == "lz4"
+    assert C.get("delta", backend="zstd").params() == {"backend": "zstd", "level": 1, "key_every": 256}
+
+
+def test_runs_past_the_frame_are_refused():
+    codec = C.get("delta")
+    shape = (16,)
+    enc, dec = codec.new_stream(shape, np.uint8), codec.new_stream(shape, np.uint8)
+    buf = np.empty(codec.max_encoded_size(shape, np.uint8), np.uint8)
+    out = np.empty(shape, np.uint8)
+    n = codec.encode(np.zeros(shape, np.uint8), buf, enc)
+    codec.decode(buf[:n], out, dec)  # a key frame: seq 0
+    runs = np.array([(5 << 32) | 1, 7], np.uint64)  # skip 5 words of a 2-word frame
+    _HEAD.pack_into(buf.data, 0, _DELTA, 1, runs.nbytes)
+    n = _HEADER + codec.inner.compress_into(runs.view(np.uint8), buf[_HEADER:])
+    with pytest.raises(CodecError, match="corrupt runs"):
+        codec.decode(buf[:n], out, dec)
+
+
+@pytest.mark.parametrize(("cpus", "threads"), [(1, 1), (2, 1), (3, 3), (8, 8)])
+def test_decode_threads_default_follows_usable_cpus(monkeypatch, cpus, threads):
+    monkeypatch.setattr(options_module, "usable_cpus", lambda: cpus)
+    opts = Options()
+    assert opts.decode_threads_for((C.get("delta"),)) == threads
+    assert opts.decode_threads_for(None) == 1
