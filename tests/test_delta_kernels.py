@@ -100,3 +100,63 @@ def test_decode_threads_default_follows_usable_cpus(monkeypatch, cpus, threads):
     opts = Options()
     assert opts.decode_threads_for((C.get("delta"),)) == threads
     assert opts.decode_threads_for(None) == 1
+
+
+def test_fused_lz4_path_writes_and_reads_the_python_paths_bytes(monkeypatch):
+    """numba calling lz4 itself (shmvec.codecs.fused) and the Python path make the same bytes, and
+    each decodes the other's."""
+    from shmvec.codecs import delta, fused
+
+    if not fused.AVAILABLE:
+        pytest.skip("lz4's library cannot be loaded into numba here")
+    codec = C.get("delta", key_every=6)
+    shape = (21, 16, 3)
+    rng = np.random.default_rng(2)
+    frames = np.repeat(rng.integers(0, 256, (1, *shape), dtype=np.uint8), 15, axis=0)
+    for k in range(1, len(frames)):
+        frames[k:, k % 21, k % 16] += np.uint8(k)
+
+    def encode_all(use_fused):
+        monkeypatch.setattr(delta, "_FUSED", None if use_fused else False)
+        stream = codec.new_stream(shape, np.uint8)
+        buf = np.zeros(codec.max_encoded_size(shape, np.uint8), np.uint8)
+        return [buf[: codec.encode(f, buf, stream)].copy() for f in frames]
+
+    fast, slow = encode_all(True), encode_all(False)
+    assert len(fast) == len(slow) and all(np.array_equal(a, b) for a, b in zip(fast, slow))
+    for use_fused, encoded in ((True, slow), (False, fast)):
+        monkeypatch.setattr(delta, "_FUSED", None if use_fused else False)
+        stream, out = codec.new_stream(shape, np.uint8), np.empty(shape, np.uint8)
+        for frame, data in zip(frames, encoded):
+            assert np.array_equal(codec.decode(data, out, stream), frame)
+
+
+@pytest.mark.parametrize("use_fused", [True, False])
+def test_both_paths_refuse_lost_and_corrupt_frames(monkeypatch, use_fused):
+    from shmvec.codecs import delta
+
+    monkeypatch.setattr(delta, "_FUSED", None if use_fused else False)
+    codec = C.get("delta")
+    shape = (64,)
+    enc = codec.new_stream(shape, np.uint8)
+    buf = np.zeros(codec.max_encoded_size(shape, np.uint8), np.uint8)
+    frames = [np.full(shape, k, np.uint8) for k in range(3)]
+    data = [buf[: codec.encode(f, buf, enc)].copy() for f in frames]
+    out = np.empty(shape, np.uint8)
+    with pytest.raises(CodecError, match="lost"):  # a delta with no key frame before it
+        codec.decode(data[1], out, codec.new_stream(shape, np.uint8))
+    dec = codec.new_stream(shape, np.uint8)
+    codec.decode(data[0], out, dec)
+    with pytest.raises(CodecError, match="frame 2 follows frame 0"):
+        codec.decode(data[2], out, dec)
+    with pytest.raises(CodecError, match="corrupt frame header"):
+        codec.decode(data[1][:5], out, dec)
+    bad = data[1].copy()
+    bad[0] = 7  # neither a key frame nor a delta
+    with pytest.raises(CodecError, match="corrupt frame header"):
+        codec.decode(bad, out, dec)
+    bad = data[1].copy()
+    bad[_HEADER:] = 0xFF  # the payload
+    with pytest.raises(CodecError, match="corrupt"):
+        codec.decode(bad, out, dec)
+    assert np.array_equal(codec.decode(data[1], out, dec), frames[1])  # the stream is still in step

@@ -30,6 +30,10 @@ _HEAD = struct.Struct("<BII")  # kind, frame counter, payload bytes before compr
 _HEADER = _HEAD.size
 _KEY, _DELTA = 1, 2
 _SEQ_MASK = 0xFFFFFFFF
+_LOST = (
+    "delta: frame {seq} follows frame {last}: a frame was lost and the decoder's reference is stale "
+    "(reset the envs to start new key frames)"
+)
 _BLOCK = 32  # words per block of the encoder's unchanged-block test
 
 
@@ -93,6 +97,31 @@ def _apply_runs(runs: np.ndarray, m: int, prev: np.ndarray) -> bool:  # pragma: 
 # user cache when that is read-only); nogil so that a batch decodes in parallel threads.
 _encode_runs = numba.njit(nogil=True, cache=True)(_encode_runs)
 _apply_runs = numba.njit(nogil=True, cache=True)(_apply_runs)
+
+
+_FUSED: Any = None  # shmvec.codecs.fused once imported, False where it cannot work
+
+
+def _fused() -> Any:
+    """:mod:`shmvec.codecs.fused` (imported on first use: it loads lz4 into numba), or False."""
+    global _FUSED
+    if _FUSED is None:
+        from shmvec.codecs import fused
+
+        _FUSED = fused if fused.AVAILABLE else False
+        if _FUSED:
+            _FUSED_ERRORS.update(
+                {
+                    fused.BAD_HEADER: "delta: corrupt frame header",
+                    fused.LOST: _LOST,
+                    fused.BAD_DATA: "lz4: corrupt data in delta frame {seq}",
+                    fused.BAD_RUNS: "delta: corrupt runs (they reach past the frame)",
+                }
+            )
+    return _FUSED
+
+
+_FUSED_ERRORS: dict[int, str] = {}
 
 
 @dataclass
@@ -181,14 +210,22 @@ class DeltaCodec(Codec):
             raise CodecError("delta is stateful: pass a stream from new_stream() to encode/decode")
         cur = self._words(arr, stream)
         stream.seq = (stream.seq + 1) & _SEQ_MASK
-        if stream.need_key or stream.since_key >= self.key_every:
+        key = stream.need_key or stream.since_key >= self.key_every
+        if key:
+            stream.need_key, stream.since_key = False, 0
+        stream.since_key += 1
+        fused = self.backend == "lz4" and _fused()
+        if fused:
+            n = fused.encode_frame(cur, stream.prev, stream.runs, out, stream.seq, key, 1)
+            if n < 0:
+                raise CodecError(f"delta: the frame does not fit the {out.size}-byte buffer")
+            return int(n)
+        if key:
             kind, payload = _KEY, cur
             stream.prev[:] = cur
-            stream.need_key, stream.since_key = False, 0
         else:
             kind = _DELTA
             payload = stream.runs[: _encode_runs(cur, stream.prev, stream.runs)]
-        stream.since_key += 1
         _HEAD.pack_into(out.data, 0, kind, stream.seq, payload.size * 8)
         return _HEADER + self.inner.compress_into(payload.view(np.uint8), out[_HEADER:])
 
@@ -199,19 +236,24 @@ class DeltaCodec(Codec):
         """
         if stream is None:
             raise CodecError("delta is stateful: pass a stream from new_stream() to encode/decode")
+        dst = out_bytes(out)
+        fused = self.backend == "lz4" and _fused()
+        if fused:
+            status, seq = fused.decode_frame(data, stream.prev, stream.runs, stream.seq)
+            if status:
+                raise CodecError(_FUSED_ERRORS[status].format(seq=seq, last=stream.seq))
+            stream.seq = seq
+            dst[:] = stream.prev.view(np.uint8)[: dst.size]
+            return out
         if data.size < _HEADER:
             raise CodecError("delta: corrupt frame header")
         kind, seq, size = _HEAD.unpack_from(data.data, 0)
-        dst = out_bytes(out)
         if kind == _KEY and size == stream.prev.size * 8:
             self.inner.decompress_into(data[_HEADER:], stream.prev.view(np.uint8))
             dst[:] = stream.prev.view(np.uint8)[: dst.size]
         elif kind == _DELTA and size <= stream.runs.size * 8 and size % 8 == 0:
             if stream.seq < 0 or seq != (stream.seq + 1) & _SEQ_MASK:
-                raise CodecError(
-                    f"delta: frame {seq} follows frame {stream.seq}: a frame was lost and the decoder's "
-                    "reference is stale (reset the envs to start new key frames)"
-                )
+                raise CodecError(_LOST.format(seq=seq, last=stream.seq))
             self.inner.decompress_into(data[_HEADER:], stream.runs.view(np.uint8)[:size])
             if not _apply_runs(stream.runs, size // 8, stream.prev):
                 raise CodecError("delta: corrupt runs (they reach past the frame)")
