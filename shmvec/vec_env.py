@@ -82,7 +82,7 @@ class ShmVecEnv(VecEnv):
         error, raise or warn) that a lossy codec's sampled frames must meet. Without one, a lossy codec
         is refused (ValueError).
     :param decode_threads: threads decoding a batch in parallel (default None: as many as usable CPUs
-        when every codec releases the GIL, else 1).
+        when every codec releases the GIL and there are more than 2, else 1).
     :param on_crash: ``"raise"`` (default): a dead or hung worker raises :class:`WorkerCrashedError` /
         :class:`EnvTimeoutError` and closes the VecEnv; an env exception raises :class:`EnvError`.
         ``"restart"``: a worker that dies, hangs past ``timeout``, or whose env raises during

@@ -21,6 +21,7 @@ LOSSLESS = [
     C.get("zstd"),
     C.get("zstd", level=5),
     C.get("delta"),
+    C.get("delta", backend="zstd"),
     C.get("delta", backend="lz4", key_every=7),
     C.get("png"),
 ] + ([C.get("webp", quality=101)] if "webp" in C.available() else [])

@@ -88,9 +88,15 @@ class Zstd:
 
 
 @functools.cache
+def lz4_library() -> ctypes.CDLL | None:
+    """The shared object that exports lz4's block functions, or None where none can be found."""
+    return _library("lz4.block._block", "lz4", "LZ4_decompress_safe")
+
+
+@functools.cache
 def lz4() -> LZ4 | None:
     """lz4's C block functions, or None where they cannot be found."""
-    lib = _library("lz4.block._block", "lz4", "LZ4_decompress_safe")
+    lib = lz4_library()
     if lib is None:
         return None
     return LZ4(

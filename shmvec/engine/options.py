@@ -138,12 +138,15 @@ class Options:
         return None if all(c is None for c in codecs) else tuple(codecs)
 
     def decode_threads_for(self, codecs: tuple[Codec | None, ...] | None) -> int:
-        """Decode threads: as given, else as many as usable CPUs when every codec releases the GIL."""
+        """Decode threads: as given, else as many as usable CPUs when every codec releases the GIL and
+        there are more than two (on two CPUs the workers keep both busy, and thread hand-offs cost
+        the main process more CPU than they save)."""
         if self.decode_threads is not None:
             return self.decode_threads
         if codecs is None:
             return 1
-        return usable_cpus() if all(c is None or c.releases_gil for c in codecs) else 1
+        cpus = usable_cpus()
+        return cpus if cpus > 2 and all(c is None or c.releases_gil for c in codecs) else 1
 
 
 def resolve_worker_cpus(

@@ -1,0 +1,162 @@
+"""The delta codec's kernels against plain numpy, its defaults, and a corrupt run refused."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from shmvec import codecs as C
+from shmvec.codecs import CodecError
+from shmvec.codecs.delta import _BLOCK, _DELTA, _HEAD, _HEADER, _encode_runs
+from shmvec.engine import options as options_module
+from shmvec.engine.options import Options
+
+
+def reference_runs(cur: np.ndarray, prev: np.ndarray) -> np.ndarray:
+    """The runs format, one word at a time in Python: (skip << 32 | length), then the XORed words."""
+    out, w, last = [], 0, 0
+    changed = cur != prev
+    while w < cur.size:
+        if not changed[w]:
+            w += 1
+            continue
+        start = w
+        while w < cur.size and changed[w]:
+            w += 1
+        out.append(((start - last) << 32) | (w - start))
+        out.extend(int(x) for x in cur[start:w] ^ prev[start:w])
+        last = w
+    return np.array(out, np.uint64)
+
+
+# Word counts around the block size; changes at block edges, in the last word, spanning blocks.
+CASES = [
+    (1, [0]),
+    (_BLOCK, [_BLOCK - 1]),
+    (_BLOCK + 1, [_BLOCK]),
+    (3 * _BLOCK + 5, [0, _BLOCK - 1, _BLOCK, 2 * _BLOCK + 3, 3 * _BLOCK + 4]),
+    (4 * _BLOCK, list(range(_BLOCK - 3, 2 * _BLOCK + 2))),  # one run across a block boundary
+    (5 * _BLOCK + 7, []),
+    (100, list(range(0, 100, 2))),  # worst case: every other word
+]
+
+
+@pytest.mark.parametrize(("words", "changed"), CASES)
+def test_encode_runs_matches_reference(words, changed):
+    rng = np.random.default_rng(words)
+    prev = rng.integers(0, 2**63, words, dtype=np.uint64)
+    cur = prev.copy()
+    for w in changed:
+        cur[w] ^= np.uint64(1 + w)
+    expected = reference_runs(cur, prev)
+    kept = prev.copy()
+    runs = np.zeros(words + 1, np.uint64)
+    m = _encode_runs(cur, kept, runs)
+    assert np.array_equal(runs[:m], expected)
+    assert np.array_equal(kept, cur)  # the encoder's reference is now the new frame
+
+
+@pytest.mark.parametrize("backend", ["lz4", "zstd"])
+def test_random_changes_roundtrip_exactly(backend):
+    """Frames of an odd byte count (padded) with a few random changes each, key frame every 5."""
+    codec = C.get("delta", backend=backend, key_every=5)
+    shape = (37, 53, 3)
+    rng = np.random.default_rng(1)
+    frame = rng.integers(0, 256, shape, dtype=np.uint8)
+    enc, dec = codec.new_stream(shape, np.uint8), codec.new_stream(shape, np.uint8)
+    buf = np.empty(codec.max_encoded_size(shape, np.uint8), np.uint8)
+    out = np.empty(shape, np.uint8)
+    for _ in range(40):
+        flat = frame.reshape(-1)
+        flat[rng.integers(0, flat.size, rng.integers(0, 50))] = rng.integers(0, 256, dtype=np.uint8)
+        n = codec.encode(frame, buf, enc)
+        codec.decode(buf[:n], out, dec)
+        assert np.array_equal(out, frame)
+
+
+def test_default_backend_is_lz4():
+    assert C.get("delta").params()["backend"] == "lz4"
+    assert C.get("delta", backend="zstd").params() == {"backend": "zstd", "level": 1, "key_every": 256}
+
+
+def test_runs_past_the_frame_are_refused():
+    codec = C.get("delta")
+    shape = (16,)
+    enc, dec = codec.new_stream(shape, np.uint8), codec.new_stream(shape, np.uint8)
+    buf = np.empty(codec.max_encoded_size(shape, np.uint8), np.uint8)
+    out = np.empty(shape, np.uint8)
+    n = codec.encode(np.zeros(shape, np.uint8), buf, enc)
+    codec.decode(buf[:n], out, dec)  # a key frame: seq 0
+    runs = np.array([(5 << 32) | 1, 7], np.uint64)  # skip 5 words of a 2-word frame
+    _HEAD.pack_into(buf.data, 0, _DELTA, 1, runs.nbytes)
+    n = _HEADER + codec.inner.compress_into(runs.view(np.uint8), buf[_HEADER:])
+    with pytest.raises(CodecError, match="corrupt runs"):
+        codec.decode(buf[:n], out, dec)
+
+
+@pytest.mark.parametrize(("cpus", "threads"), [(1, 1), (2, 1), (3, 3), (8, 8)])
+def test_decode_threads_default_follows_usable_cpus(monkeypatch, cpus, threads):
+    monkeypatch.setattr(options_module, "usable_cpus", lambda: cpus)
+    opts = Options()
+    assert opts.decode_threads_for((C.get("delta"),)) == threads
+    assert opts.decode_threads_for(None) == 1
+
+
+def test_fused_lz4_path_writes_and_reads_the_python_paths_bytes(monkeypatch):
+    """numba calling lz4 itself (shmvec.codecs.fused) and the Python path make the same bytes, and
+    each decodes the other's."""
+    from shmvec.codecs import delta, fused
+
+    if not fused.AVAILABLE:
+        pytest.skip("lz4's library cannot be loaded into numba here")
+    codec = C.get("delta", key_every=6)
+    shape = (21, 16, 3)
+    rng = np.random.default_rng(2)
+    frames = np.repeat(rng.integers(0, 256, (1, *shape), dtype=np.uint8), 15, axis=0)
+    for k in range(1, len(frames)):
+        frames[k:, k % 21, k % 16] += np.uint8(k)
+
+    def encode_all(use_fused):
+        monkeypatch.setattr(delta, "_FUSED", None if use_fused else False)
+        stream = codec.new_stream(shape, np.uint8)
+        buf = np.zeros(codec.max_encoded_size(shape, np.uint8), np.uint8)
+        return [buf[: codec.encode(f, buf, stream)].copy() for f in frames]
+
+    fast, slow = encode_all(True), encode_all(False)
+    assert len(fast) == len(slow) and all(np.array_equal(a, b) for a, b in zip(fast, slow))
+    for use_fused, encoded in ((True, slow), (False, fast)):
+        monkeypatch.setattr(delta, "_FUSED", None if use_fused else False)
+        stream, out = codec.new_stream(shape, np.uint8), np.empty(shape, np.uint8)
+        for frame, data in zip(frames, encoded):
+            assert np.array_equal(codec.decode(data, out, stream), frame)
+
+
+@pytest.mark.parametrize("use_fused", [True, False])
+def test_both_paths_refuse_lost_and_corrupt_frames(monkeypatch, use_fused):
+    from shmvec.codecs import delta
+
+    monkeypatch.setattr(delta, "_FUSED", None if use_fused else False)
+    codec = C.get("delta")
+    shape = (64,)
+    enc = codec.new_stream(shape, np.uint8)
+    buf = np.zeros(codec.max_encoded_size(shape, np.uint8), np.uint8)
+    frames = [np.full(shape, k, np.uint8) for k in range(3)]
+    data = [buf[: codec.encode(f, buf, enc)].copy() for f in frames]
+    out = np.empty(shape, np.uint8)
+    with pytest.raises(CodecError, match="lost"):  # a delta with no key frame before it
+        codec.decode(data[1], out, codec.new_stream(shape, np.uint8))
+    dec = codec.new_stream(shape, np.uint8)
+    codec.decode(data[0], out, dec)
+    with pytest.raises(CodecError, match="frame 2 follows frame 0"):
+        codec.decode(data[2], out, dec)
+    with pytest.raises(CodecError, match="corrupt frame header"):
+        codec.decode(data[1][:5], out, dec)
+    bad = data[1].copy()
+    bad[0] = 7  # neither a key frame nor a delta
+    with pytest.raises(CodecError, match="corrupt frame header"):
+        codec.decode(bad, out, dec)
+    bad = data[1].copy()
+    bad[_HEADER:] = 0xFF  # the payload
+    with pytest.raises(CodecError, match="corrupt"):
+        codec.decode(bad, out, dec)
+    assert np.array_equal(codec.decode(data[1], out, dec), frames[1])  # the stream is still in step
