@@ -100,3 +100,28 @@ def test_ray_backend_without_ray_says_what_to_install(tmp_path):
         """,
     )
     assert 'error: backend="ray" needs Ray: pip install "shmvec[ray]"' in proc.stdout, proc.stderr[-2000:]
+
+
+def test_ray_wire_default_is_delta_with_zstd_for_frames_and_raw_for_small_leaves():
+    """On the Ray wire bytes are the limit: the default stays delta's zstd backend even though the
+    local default of ``codec="delta"`` is lz4; a leaf under 1 KiB travels raw."""
+    import numpy as np
+    from gymnasium import spaces
+
+    from shmvec import codecs
+    from shmvec.layout import leaves
+    from shmvec.transports import default_codecs
+
+    pytest.importorskip("zstandard")
+    space = spaces.Dict(
+        {
+            "frame": spaces.Box(0, 255, (210, 160, 3), np.uint8),
+            "speed": spaces.Box(-1.0, 1.0, (3,), np.float32),
+        }
+    )
+    wire = default_codecs(leaves(space))
+    assert wire is not None
+    frame, speed = wire
+    assert speed is None
+    assert frame is not None and frame.name == "delta" and frame.params()["backend"] == "zstd"
+    assert codecs.get("delta").params()["backend"] == "lz4"
