@@ -100,6 +100,8 @@ _apply_runs = numba.njit(nogil=True, cache=True)(_apply_runs)
 
 
 _FUSED: Any = None  # shmvec.codecs.fused once imported, False where it cannot work
+_CORRUPT_HEADER = "delta: corrupt frame header"
+_CORRUPT_RUNS = "delta: corrupt runs (they reach past the frame)"
 
 
 def _fused() -> Any:
@@ -109,19 +111,18 @@ def _fused() -> Any:
         from shmvec.codecs import fused
 
         _FUSED = fused if fused.AVAILABLE else False
-        if _FUSED:
-            _FUSED_ERRORS.update(
-                {
-                    fused.BAD_HEADER: "delta: corrupt frame header",
-                    fused.LOST: _LOST,
-                    fused.BAD_DATA: "lz4: corrupt data in delta frame {seq}",
-                    fused.BAD_RUNS: "delta: corrupt runs (they reach past the frame)",
-                }
-            )
     return _FUSED
 
 
-_FUSED_ERRORS: dict[int, str] = {}
+def _fused_error(fused: Any, status: int, seq: int, last: int) -> CodecError:
+    """The error of a failed :func:`shmvec.codecs.fused.decode_frame`, worded as the Python path's."""
+    message = {
+        fused.BAD_HEADER: _CORRUPT_HEADER,
+        fused.LOST: _LOST,
+        fused.BAD_DATA: "lz4: corrupt data in delta frame {seq}",
+        fused.BAD_RUNS: _CORRUPT_RUNS,
+    }[status]
+    return CodecError(message.format(seq=seq, last=last))
 
 
 @dataclass
@@ -241,24 +242,27 @@ class DeltaCodec(Codec):
         if fused:
             status, seq = fused.decode_frame(data, stream.prev, stream.runs, stream.seq)
             if status:
-                raise CodecError(_FUSED_ERRORS[status].format(seq=seq, last=stream.seq))
-            stream.seq = seq
-            dst[:] = stream.prev.view(np.uint8)[: dst.size]
-            return out
+                raise _fused_error(fused, status, seq, stream.seq)
+        else:
+            seq = self._decode_python(data, stream)
+        stream.seq = seq
+        dst[:] = stream.prev.view(np.uint8)[: dst.size]
+        return out
+
+    def _decode_python(self, data: np.ndarray, stream: DeltaStream) -> int:
+        """Apply one frame to the stream's reference through the backend's Python binding (zstd, or
+        lz4 where numba cannot link it); return the frame's counter."""
         if data.size < _HEADER:
-            raise CodecError("delta: corrupt frame header")
+            raise CodecError(_CORRUPT_HEADER)
         kind, seq, size = _HEAD.unpack_from(data.data, 0)
         if kind == _KEY and size == stream.prev.size * 8:
             self.inner.decompress_into(data[_HEADER:], stream.prev.view(np.uint8))
-            dst[:] = stream.prev.view(np.uint8)[: dst.size]
         elif kind == _DELTA and size <= stream.runs.size * 8 and size % 8 == 0:
             if stream.seq < 0 or seq != (stream.seq + 1) & _SEQ_MASK:
                 raise CodecError(_LOST.format(seq=seq, last=stream.seq))
             self.inner.decompress_into(data[_HEADER:], stream.runs.view(np.uint8)[:size])
             if not _apply_runs(stream.runs, size // 8, stream.prev):
-                raise CodecError("delta: corrupt runs (they reach past the frame)")
-            dst[:] = stream.prev.view(np.uint8)[: dst.size]
+                raise CodecError(_CORRUPT_RUNS)
         else:
-            raise CodecError("delta: corrupt frame header")
-        stream.seq = seq
-        return out
+            raise CodecError(_CORRUPT_HEADER)
+        return int(seq)
