@@ -84,7 +84,7 @@ class ShmVectorEnv(PoolMethods, VectorEnv):
     ``verify_every``, ``tolerance``, ``decode_threads``, ``on_crash``, ``max_restarts``,
     ``restart_window`` in seconds, ``check_finite``, ``isolate_rng``, ``pause_openmp``,
     ``frame_stack``, ``frame_stack_channels_order``, ``info_keys``, ``backend``,
-    ``ray_options``, ``worker_cpus``), with the same defaults.
+    ``ray_options``, ``worker_cpus``, ``worker_spin_us`` in µs), with the same defaults.
     ``n_workers="auto"`` chooses the count from a short probe of one env (see
     :mod:`shmvec.engine.autoworkers`); the chosen count is :attr:`n_workers`.
 
@@ -126,6 +126,7 @@ class ShmVectorEnv(PoolMethods, VectorEnv):
         backend: str = "local",
         ray_options: Mapping[str, Any] | None = None,
         worker_cpus: str | Sequence[int] | None = None,
+        worker_spin_us: int | None = None,
         batch_size: int | None = None,
         pool_order: str = FIRST_READY,
     ) -> None:

@@ -31,6 +31,7 @@ from shmvec.layout import Leaf, check_finite, flatten, inf_allowed, leaves, writ
 from shmvec.process import GlobalRngs, enable_faulthandler, exit_with_parent, limit_threads, pin_to_cpu
 from shmvec.protocol import READY, Command, RemoteError, read_message, write_message
 from shmvec.ring import Ring, RingSpec
+from shmvec.waiting import CommandWait
 
 if TYPE_CHECKING:
     from shmvec.codecs import Codec
@@ -62,6 +63,7 @@ class _Worker:
         self.ended = [False] * len(envs)  # envs whose next step is a reset (next_step mode, rebuilt)
         self.next_seeds: list[int | None] = [None] * len(envs)  # seeds of those resets
         self.infos: InfoColumns | None = None  # typed info columns, once the engine sends a schema
+        self.spin_s = 0.0  # how long the worker process polls for its next command (see waiting.py)
 
     def attach(
         self, payload: tuple[RingSpec | None, tuple[Codec | None, ...] | None, int], ring: Ring | None = None
@@ -99,8 +101,11 @@ class _Worker:
     def configure(self, payload: dict[str, Any]) -> None:
         """Options sent after ``attach``: ``check_finite`` (bool), ``autoreset`` (mode name),
         ``reset_seeds`` (one per env: reset every env, with that seed, in place of its next step),
-        ``key_frames`` (every env's next encoded frame is a key frame) and ``info_schema`` (an
-        :class:`~shmvec.infos.InfoSchema`: write those info values into the ring's typed columns)."""
+        ``key_frames`` (every env's next encoded frame is a key frame), ``info_schema`` (an
+        :class:`~shmvec.infos.InfoSchema`: write those info values into the ring's typed columns) and
+        ``spin_us`` (how long a worker process polls for its next command, in µs)."""
+        if "spin_us" in payload:
+            self.spin_s = payload["spin_us"] / 1e6
         if payload.get("check_finite"):
             self.finite_rules = inf_allowed(self.space)
         self.autoreset = payload.get("autoreset", self.autoreset)
@@ -303,12 +308,16 @@ def worker_main(
         conn.close()
         return
     handlers = dispatch_table(worker)
+    waiting = CommandWait(fd)
     try:
         while True:
+            waiting.spin_s = worker.spin_s
+            waiting.wait()
             try:
                 cmd, payload = pickle.loads(read_message(fd))
             except (EOFError, OSError):
                 break  # the main process is gone
+            waiting.received()
             if cmd == Command.CLOSE:
                 break
             reply = answer(worker, handlers, cmd, payload, pid)
@@ -320,6 +329,7 @@ def worker_main(
                 # Pickling fails before anything is written, so the pipe is still in step.
                 env_index, exc = unpicklable(cmd, payload, reply[1], first_env, exc)
                 _send(fd, (False, RemoteError.capture(exc, env_index, Command(cmd).label(payload), pid)))
+            waiting.done()
     finally:
         worker.close()
         conn.close()

@@ -55,6 +55,7 @@ class Options:
     backend: str = "local"
     ray_options: Mapping[str, Any] | None = None
     worker_cpus: str | Sequence[int] | None = None  # checked() turns it into one CPU per worker
+    worker_spin_us: int | None = None  # checked() turns None into DEFAULT_SPIN_US or 0
 
     @classmethod
     def pick(cls, values: dict[str, Any], **overrides: Any) -> Options:
@@ -102,7 +103,10 @@ class Options:
 
         columns_for(self.info_keys)  # checks the option
         worker_cpus = resolve_worker_cpus(self.worker_cpus, n_workers, self.backend)
-        return replace(self, n_workers=n_workers, n_slots=n_slots, worker_cpus=worker_cpus)
+        spin = resolve_spin(self.worker_spin_us, n_workers, self.backend)
+        return replace(
+            self, n_workers=n_workers, n_slots=n_slots, worker_cpus=worker_cpus, worker_spin_us=spin
+        )
 
     def env_fns(self, env_fns: list[Callable[[], gym.Env]]) -> list[Callable[[], gym.Env]]:
         """The factories the workers call: with ``frame_stack``, each env comes out of its worker
@@ -122,6 +126,8 @@ class Options:
         out: dict[str, Any] = {"check_finite": True} if self.check_finite else {}
         if self.autoreset != "same_step":
             out["autoreset"] = self.autoreset
+        if self.worker_spin_us:
+            out["spin_us"] = self.worker_spin_us
         return out
 
     def leaf_codecs(self, obs_leaves: list[Leaf]) -> tuple[Codec | None, ...] | None:
@@ -147,6 +153,26 @@ class Options:
             return 1
         cpus = usable_cpus()
         return cpus if cpus > 2 and all(c is None or c.releases_gil for c in codecs) else 1
+
+
+# How long each local worker polls for its next command by default, in µs (see shmvec.waiting).
+DEFAULT_SPIN_US = 1000
+
+
+def resolve_spin(spin_us: int | None, n_workers: int, backend: str) -> int:
+    """The poll budget of each worker in µs: as given, else :data:`DEFAULT_SPIN_US` when every
+    worker can have a CPU of its own and 0 when there are more workers than CPUs (a polling worker
+    would take turns from the others).
+
+    :raises ValueError: for a negative or non-integer budget, or one given with ``backend="ray"``.
+    """
+    if spin_us is None:
+        return DEFAULT_SPIN_US if backend == "local" and n_workers <= usable_cpus() else 0
+    if isinstance(spin_us, bool) or not isinstance(spin_us, (int, np.integer)) or spin_us < 0:
+        raise ValueError(f"worker_spin_us must be a whole number of µs >= 0 or None, got {spin_us!r}")
+    if spin_us and backend != "local":
+        raise ValueError(f"worker_spin_us applies to local worker processes; backend={backend!r} has none")
+    return int(spin_us)
 
 
 def resolve_worker_cpus(

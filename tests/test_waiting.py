@@ -1,0 +1,153 @@
+"""``worker_spin_us``: a worker polls for its next command while commands come quickly, sleeps at
+once when they do not, never polls past its budget, and notices a closed pipe while polling.
+
+Counts of polled waits and CPU time, not speed: what polling gains is measured by
+``benchmarks/worker_spin.py``.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import numpy as np
+import psutil
+import pytest
+
+import shmvec.worker
+from shmvec import ShmVecEnv, ShmVectorEnv
+from shmvec.engine.groups import usable_cpus
+from shmvec.engine.options import DEFAULT_SPIN_US, Options, resolve_spin
+from shmvec.waiting import CommandWait
+from tests.envs import TinyImageEnv
+from tests.test_equivalence import run_both
+
+
+@pytest.fixture
+def pipe():
+    r, w = os.pipe()
+    yield r, w
+    for fd in (r, w):
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+def _round(waiting: CommandWait, r: int, w: int, delay: float) -> None:
+    """One command, ``delay`` seconds after the last answer."""
+    waiting.done()
+    if delay:
+        time.sleep(delay)
+    os.write(w, b"x")
+    waiting.wait()
+    assert os.read(r, 1) == b"x"
+    waiting.received()
+
+
+def test_polls_while_commands_come_quickly(pipe):
+    r, w = pipe
+    waiting = CommandWait(r, spin_s=0.5)
+    for _ in range(5):
+        _round(waiting, r, w, 0.0)
+    assert waiting.polled == 5
+    assert waiting.typical < 0.5
+
+
+def test_stops_polling_when_commands_come_slowly_and_starts_again(pipe):
+    r, w = pipe
+    waiting = CommandWait(r, spin_s=0.002)
+    _round(waiting, r, w, 0.0)
+    for _ in range(3):
+        _round(waiting, r, w, 0.03)  # a policy's forward pass between two steps
+    assert waiting.typical > 0.002
+    polled = waiting.polled
+    _round(waiting, r, w, 0.03)
+    assert waiting.polled == polled  # slept at once
+    for _ in range(40):
+        _round(waiting, r, w, 0.0)
+    assert waiting.polled > polled  # quick commands again: polling again
+
+
+def test_zero_budget_never_polls(pipe):
+    r, w = pipe
+    waiting = CommandWait(r, spin_s=0.0)
+    for _ in range(3):
+        _round(waiting, r, w, 0.0)
+    assert waiting.polled == 0
+
+
+def test_a_closed_pipe_ends_the_polling(pipe):
+    r, w = pipe
+    waiting = CommandWait(r, spin_s=600.0)
+    waiting.done()
+    os.close(w)
+    worker = threading.Thread(target=waiting.wait, daemon=True)
+    worker.start()
+    worker.join(timeout=30)  # a hang check: without it the wait would poll for 10 minutes
+    assert not worker.is_alive()
+    assert os.read(r, 1) == b""
+
+
+def test_the_budget_is_checked_and_resolved():
+    cpus = usable_cpus()
+    assert resolve_spin(None, cpus, "local") == DEFAULT_SPIN_US
+    assert resolve_spin(None, cpus + 1, "local") == 0  # more workers than CPUs: they would take turns
+    assert resolve_spin(None, 1, "ray") == 0
+    assert resolve_spin(250, cpus + 1, "local") == 250
+    assert resolve_spin(np.int64(7), 1, "local") == 7
+    for bad in (-1, 1.5, "1000", True):
+        with pytest.raises(ValueError, match="worker_spin_us must be a whole number"):
+            resolve_spin(bad, 1, "local")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="worker_spin_us applies to local worker processes"):
+        resolve_spin(100, 1, "ray")
+    assert Options().checked(1).worker_options() == {"spin_us": DEFAULT_SPIN_US}
+    assert "spin_us" not in Options(worker_spin_us=0).checked(1).worker_options()
+
+
+def test_bad_budget_is_refused_before_workers_start(no_leaks):
+    with pytest.raises(ValueError, match="worker_spin_us"):
+        ShmVecEnv([TinyImageEnv], worker_spin_us=-5)
+    with pytest.raises(ValueError, match="worker_spin_us"):
+        ShmVectorEnv([TinyImageEnv], worker_spin_us=2.5)  # type: ignore[arg-type]
+
+
+def _count_polls(monkeypatch, folder):
+    """Have forked workers write how many of their waits polled, after every command."""
+
+    class Counting(CommandWait):
+        def received(self) -> None:
+            super().received()
+            (folder / f"{os.getpid()}").write_text(str(self.polled))
+
+    monkeypatch.setattr(shmvec.worker, "CommandWait", Counting)
+
+
+@pytest.mark.parametrize("spin_us,polls", [(None, True), (0, False)])
+def test_workers_poll_by_default_and_not_when_told(no_leaks, monkeypatch, tmp_path, spin_us, polls):
+    _count_polls(monkeypatch, tmp_path)
+    with ShmVecEnv([TinyImageEnv] * 2, "fork", n_workers=2, worker_spin_us=spin_us) as venv:
+        venv.reset()
+        for _ in range(30):
+            venv.step(np.zeros(2, np.int64))
+    counts = [int(f.read_text()) for f in tmp_path.iterdir()]
+    assert len(counts) == 2
+    assert all(c > 10 for c in counts) if polls else all(c == 0 for c in counts)
+
+
+def test_an_idle_worker_stops_polling(no_leaks):
+    # Polling is bounded by the budget: a worker left alone for a second must use (next to) no CPU.
+    with ShmVecEnv([TinyImageEnv] * 2, "fork", n_workers=1, worker_spin_us=20_000) as venv:
+        venv.reset()
+        for _ in range(20):
+            venv.step(np.zeros(2, np.int64))
+        worker = psutil.Process(venv.processes[0].pid)
+        before = sum(worker.cpu_times()[:2])
+        time.sleep(1.0)
+        used = sum(worker.cpu_times()[:2]) - before
+    assert used < 0.25, f"an idle worker used {used:.2f} s of CPU in 1 s: it kept polling"
+
+
+def test_polling_workers_return_what_dummy_returns(no_leaks):
+    run_both(TinyImageEnv, 3, steps=40, start_method="fork", n_workers=2, worker_spin_us=5_000)
