@@ -15,7 +15,9 @@ Configurations (``--configs``, comma-separated):
 - ``shm``: ``VecFrameStack(ShmVecEnv)`` (fork), defaults;
 - ``shm-stack``: ``ShmVecEnv(frame_stack=4)``, stacking in the workers;
 - ``shm-pin``: ``shm-stack`` with ``worker_cpus="auto"``: each worker pinned to one CPU;
-- ``shm-spin``: ``shm`` with ``pause_openmp=False``: what the policy's spinning OpenMP threads cost.
+- ``shm-spin``: ``shm`` with ``pause_openmp=False``: what the policy's spinning OpenMP threads cost;
+- ``shm-sleep``: ``shm-stack`` with ``worker_spin_us=0``: workers sleep as soon as they have replied
+  (what the default's polling, see ``shmvec.waiting``, does here).
 
 ``--actions random`` replaces ``predict`` with presampled random actions. The README's "With the
 policy in the loop" table is rendered from the JSON by ``--from-json ... --markdown``.
@@ -31,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-CONFIGS = ("dummy", "subproc", "shm", "shm-stack", "shm-pin", "shm-spin")
+CONFIGS = ("dummy", "subproc", "shm", "shm-stack", "shm-pin", "shm-spin", "shm-sleep")
 
 
 def make_venv(config: str, n_envs: int, n_stack: int) -> Any:
@@ -42,8 +44,10 @@ def make_venv(config: str, n_envs: int, n_stack: int) -> Any:
 
     cls: Any = {"dummy": DummyVecEnv, "subproc": SubprocVecEnv}.get(config, ShmVecEnv)
     kwargs: dict[str, Any] = {} if config == "dummy" else {"start_method": "fork"}
-    if config in ("shm-stack", "shm-pin"):
+    if config in ("shm-stack", "shm-pin", "shm-sleep"):
         kwargs["frame_stack"] = n_stack
+    if config == "shm-sleep":
+        kwargs["worker_spin_us"] = 0
     if config == "shm-pin":
         kwargs["worker_cpus"] = "auto"
     if config == "shm-spin":
