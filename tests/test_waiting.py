@@ -120,13 +120,15 @@ def _count_polls(monkeypatch, folder):
 @pytest.mark.parametrize("spin_us,polls", [(None, True), (0, False)])
 def test_workers_poll_by_default_and_not_when_told(no_leaks, monkeypatch, tmp_path, spin_us, polls):
     _count_polls(monkeypatch, tmp_path)
-    with ShmVecEnv([TinyImageEnv] * 2, "fork", n_workers=2, worker_spin_us=spin_us) as venv:
+    # One worker: the default polls on any machine (n_workers <= usable CPUs). The slow start-up
+    # commands lift the running average; quick steps bring it under the budget within ~20 waits.
+    with ShmVecEnv([TinyImageEnv] * 2, "fork", n_workers=1, worker_spin_us=spin_us) as venv:
         venv.reset()
-        for _ in range(30):
+        for _ in range(100):
             venv.step(np.zeros(2, np.int64))
     counts = [int(f.read_text()) for f in tmp_path.iterdir()]
-    assert len(counts) == 2
-    assert all(c > 10 for c in counts) if polls else all(c == 0 for c in counts)
+    assert len(counts) == 1
+    assert counts[0] > 50 if polls else counts[0] == 0
 
 
 def test_an_idle_worker_stops_polling(no_leaks):
