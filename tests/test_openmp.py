@@ -102,3 +102,142 @@ def test_no_libgomp_listed_without_proc(tmp_path):
         "/site-packages/torch/lib/libgomp-a34b3233.so.1",
         "/usr/lib/libgomp.so.1",
     ]
+
+
+class _Pauses:
+    """Stands in for the libgomp runtimes: counts pauses instead of ending threads."""
+
+    def __init__(self, runtimes: int = 1) -> None:
+        self.n_runtimes, self.count = runtimes, 0
+
+    def runtimes(self) -> int:
+        return self.n_runtimes
+
+    def pause(self) -> int:
+        self.count += 1
+        return self.n_runtimes
+
+
+class _Phases:
+    """A wall clock and workers' CPU clocks that each env phase advances by what the test says."""
+
+    def __init__(self) -> None:
+        self.now = self.cpu = 0.0
+        self.reads: list[list[int]] = []
+        self.gone = False
+
+    def clock(self) -> float:
+        return self.now
+
+    def cpu_s(self, pids) -> float | None:
+        self.reads.append(list(pids))
+        return None if self.gone else self.cpu
+
+    def phase(self, threads, busy_cores: float, wall: float = 0.01) -> bool:
+        paused = threads.before_step([11, 12])
+        self.now += wall
+        self.cpu += busy_cores * wall
+        threads.after_step()
+        return paused
+
+
+def _threads(cpus: int, runtimes: int = 1):
+    from shmvec.openmp import PolicyThreads
+
+    phases = _Phases()
+    threads = PolicyThreads(cpus, cpu_s=phases.cpu_s, clock=phases.clock)
+    threads.pauser = _Pauses(runtimes)
+    return threads, phases
+
+
+def test_pauses_while_the_workers_keep_the_cores_busy_and_not_while_they_wait():
+    threads, phases = _threads(cpus=2)
+    assert phases.phase(threads, 1.8), "nothing measured yet: the first step pauses"
+    assert threads.busy == pytest.approx(1.8)
+    assert all(phases.phase(threads, 1.6) for _ in range(5))
+    # The env starts waiting on I/O: the average falls below 1.25 cores within a few steps.
+    waits = [phases.phase(threads, 0.05) for _ in range(6)]
+    assert waits[0] and not waits[-1], waits
+    assert threads.busy < 1
+    first_free = waits.index(False)
+    assert all(not w for w in waits[first_free:]), "once the average is low it stays low"
+    # CPU-bound again: pausing resumes.
+    busy_again = [phases.phase(threads, 2.0) for _ in range(8)]
+    assert busy_again[-1] and not busy_again[0], busy_again
+    assert threads.pauser.count == sum([True] * 6 + waits + busy_again)
+    assert phases.reads == [[11, 12]] * (2 * 20), "each of the 20 phases reads the clocks at both ends"
+
+
+def test_one_core_pauses_for_a_busy_worker_and_an_unreadable_clock_adds_no_sample():
+    threads, phases = _threads(cpus=1)
+    assert all(phases.phase(threads, 0.5) for _ in range(4)), "half of the only core is busy"
+    assert not all(phases.phase(threads, 0.02) for _ in range(8)), "a worker that waits leaves it spare"
+    busy = threads.busy
+    phases.gone = True  # a worker ended: its clock cannot be read
+    phases.phase(threads, 0.5)
+    assert threads.busy == busy
+
+
+def test_nothing_to_measure_always_pauses_and_no_runtime_reads_nothing():
+    threads, phases = _threads(cpus=4)
+    assert all(threads.before_step([]) for _ in range(3)), "no local workers (Ray): every step pauses"
+    threads.after_step()
+    assert threads.busy is None and phases.reads == []
+    quiet, quiet_phases = _threads(cpus=4, runtimes=0)
+    assert not quiet_phases.phase(quiet, 3.0)
+    assert quiet.pauser.count == 0 and quiet_phases.reads == [] and quiet.busy is None
+
+
+def test_workers_cpu_s_reads_live_processes_and_none_for_a_gone_one():
+    import os
+    import subprocess
+    import sys
+
+    from shmvec.openmp import workers_cpu_s
+
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    try:
+        own = workers_cpu_s([os.getpid()])
+        assert own is not None and own > 0
+        assert workers_cpu_s([os.getpid(), child.pid]) is not None
+    finally:
+        child.communicate(b"")
+    assert workers_cpu_s([child.pid]) is None  # reaped: no such process
+
+
+@pytest.mark.parametrize("waits", [True, False])
+def test_a_waiting_env_keeps_the_pool_and_a_busy_one_pauses_it(tmp_path, waits):
+    """Thread counts in a real ShmVecEnv: the main process is held to one CPU, so a CPU-bound worker
+    leaves no spare core, whatever the machine's size."""
+    env = "io_s=(0.004, 0.004)" if waits else "work_s=0.004"
+    out = _run(
+        tmp_path,
+        f"""
+import numpy as np
+from shmvec import ShmVecEnv
+from shmvec.synthetic import SyntheticImageEnv
+
+def make():
+    return SyntheticImageEnv(shape=(8, 8, 1), {env})
+
+if __name__ == "__main__":
+    os.sched_setaffinity(0, {{min(os.sched_getaffinity(0))}})
+    venv = ShmVecEnv([make] * 2, n_workers=1, start_method="fork")
+    venv.reset()
+    kept = []
+    for _ in range(12):
+        work()
+        with_pool = n_threads()
+        venv.step_async(np.zeros((2,) + venv.action_space.shape, dtype=venv.action_space.dtype))
+        kept.append(n_threads() == with_pool)
+        venv.step_wait()
+    venv.close()
+    print(json.dumps(dict(kept=kept)))
+""",
+    )
+    kept = out["kept"]
+    assert not kept[0], "the first step pauses: nothing is measured yet"
+    if waits:
+        assert all(kept[4:]), kept
+    else:
+        assert not any(kept), kept

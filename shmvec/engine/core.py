@@ -19,7 +19,7 @@ from gymnasium import spaces
 from shmvec._start_methods import exit_if_reimported_main
 from shmvec.engine.autoworkers import resolve_auto
 from shmvec.engine.batch import StepBatch
-from shmvec.engine.groups import by_worker, split_envs
+from shmvec.engine.groups import by_worker, split_envs, usable_cpus
 from shmvec.engine.options import Options, context, pool_class
 from shmvec.engine.outcomes import recovering, settle
 from shmvec.engine.reader import Reader
@@ -29,7 +29,7 @@ from shmvec.engine.typed_infos import TypedInfos, columns_for
 from shmvec.errors import ClosedError, EnvTimeoutError
 from shmvec.failures import env_error
 from shmvec.layout import Leaf, array_action_leaf, leaves
-from shmvec.openmp import OpenMPPauser
+from shmvec.openmp import PolicyThreads
 from shmvec.protocol import Command
 from shmvec.restart import Fault
 from shmvec.ring import Ring
@@ -67,7 +67,7 @@ class Engine:
         opts = resolve_auto(options or Options(), env_fns, start_method).checked(n_envs)
         assert isinstance(opts.n_workers, int) and opts.n_slots is not None
         env_fns = opts.env_fns(env_fns)
-        self._openmp = OpenMPPauser() if opts.pause_openmp else None
+        self._openmp = PolicyThreads(usable_cpus()) if opts.pause_openmp else None
         self.start_method, ctx = context(start_method)
         self.options = opts
         self.num_envs = n_envs
@@ -168,9 +168,9 @@ class Engine:
 
     def pause_policy_threads(self) -> None:
         """Call right before sending steps: the calling thread's idle OpenMP pool (the policy's)
-        ends its threads at once and frees the workers' cores (``pause_openmp``; else nothing)."""
+        ends its threads at once when the workers need the cores (``pause_openmp``; else nothing)."""
         if self._openmp is not None:
-            self._openmp.pause()
+            self._openmp.before_step([p.pid for p in self.res.processes])
 
     def check_open(self) -> None:
         if self.closed:
@@ -304,6 +304,8 @@ class Engine:
             raise RuntimeError("step_wait() called without step_async()")
         slot = self.slots.current
         outcome = self.pool.gather(self._stepping, "step", stop_on_fault=not self.restart)
+        if self._openmp is not None:
+            self._openmp.after_step()
         outcome.faults = sorted(outcome.faults + self._posted_faults, key=lambda f: f.worker)
         faults = settle(self, outcome, Command.STEP)
         self.waiting = False
