@@ -134,19 +134,20 @@ class _Phases:
         return None if self.gone else self.cpu
 
     def phase(self, threads, busy_cores: float, wall: float = 0.01) -> bool:
-        paused = threads.before_step([11, 12])
+        paused = threads.before_step()
         self.now += wall
         self.cpu += busy_cores * wall
         threads.after_step()
         return paused
 
 
-def _threads(cpus: int, runtimes: int = 1):
+def _threads(cpus: int, runtimes: int = 1, pids=(11, 12), every: int = 1):
     from shmvec.openmp import PolicyThreads
 
     phases = _Phases()
-    threads = PolicyThreads(cpus, cpu_s=phases.cpu_s, clock=phases.clock)
+    threads = PolicyThreads(cpus, lambda: list(pids), cpu_s=phases.cpu_s, clock=phases.clock)
     threads.pauser = _Pauses(runtimes)
+    threads.SAMPLE_EVERY = every
     return threads, phases
 
 
@@ -178,9 +179,19 @@ def test_one_core_pauses_for_a_busy_worker_and_an_unreadable_clock_adds_no_sampl
     assert threads.busy == busy
 
 
+def test_one_phase_in_sample_every_is_measured():
+    threads, phases = _threads(cpus=2, every=4)
+    assert phases.phase(threads, 0.05)
+    assert threads.busy == pytest.approx(0.05) and len(phases.reads) == 2
+    assert not any(phases.phase(threads, 1.9) for _ in range(3)), "phases 2-4 are not measured"
+    assert threads.busy == pytest.approx(0.05) and len(phases.reads) == 2
+    phases.phase(threads, 1.9)
+    assert threads.busy > 0.05 and len(phases.reads) == 4
+
+
 def test_nothing_to_measure_always_pauses_and_no_runtime_reads_nothing():
-    threads, phases = _threads(cpus=4)
-    assert all(threads.before_step([]) for _ in range(3)), "no local workers (Ray): every step pauses"
+    threads, phases = _threads(cpus=4, pids=())
+    assert all(threads.before_step() for _ in range(3)), "no local workers (Ray): every step pauses"
     threads.after_step()
     assert threads.busy is None and phases.reads == []
     quiet, quiet_phases = _threads(cpus=4, runtimes=0)

@@ -67,7 +67,6 @@ class Engine:
         opts = resolve_auto(options or Options(), env_fns, start_method).checked(n_envs)
         assert isinstance(opts.n_workers, int) and opts.n_slots is not None
         env_fns = opts.env_fns(env_fns)
-        self._openmp = PolicyThreads(usable_cpus()) if opts.pause_openmp else None
         self.start_method, ctx = context(start_method)
         self.options = opts
         self.num_envs = n_envs
@@ -90,8 +89,13 @@ class Engine:
             opts.isolate_rng,
             opts.worker_cpus,
         )
-        self.res = self.pool.res
+        self.res = res = self.pool.res
         self._finalizer = weakref.finalize(self, self.res.release)
+
+        def pids() -> list[int]:  # holds the resources, not the engine: no cycle to delay the finalizer
+            return [p.pid for p in res.processes]
+
+        self._openmp = PolicyThreads(usable_cpus(), pids) if opts.pause_openmp else None
         try:
             self.observation_space, self.action_space = self._launch(range(self.n_workers))
             self.obs_leaves: list[Leaf] = leaves(self.observation_space)
@@ -170,7 +174,7 @@ class Engine:
         """Call right before sending steps: the calling thread's idle OpenMP pool (the policy's)
         ends its threads at once when the workers need the cores (``pause_openmp``; else nothing)."""
         if self._openmp is not None:
-            self._openmp.before_step([p.pid for p in self.res.processes])
+            self._openmp.before_step()
 
     def check_open(self) -> None:
         if self.closed:
