@@ -155,13 +155,16 @@ class PolicyThreads:
         """Whether the next step pauses (when a runtime is loaded)."""
         return self.busy is None or self.busy > self.limit
 
-    def before_step(self) -> bool:
-        """Call right before sending a step to the workers; whether it paused."""
+    def before_step(self, measure: bool = True) -> bool:
+        """Call right before sending a step to the workers; whether it paused. ``measure=False``
+        (pool mode, where the workers step while the policy runs and no env phase ends before the
+        next send): pause as decided so far (always, if no phase was ever measured), read nothing."""
         self._phase = None
         if not self.pauser.runtimes():  # no OpenMP in this process: nothing to pause or to measure
             return False
-        self._steps += 1
-        pids = self._pids() if self._steps % self.SAMPLE_EVERY == 1 % self.SAMPLE_EVERY else ()
+        self._steps += measure
+        sample = measure and self._steps % self.SAMPLE_EVERY == 1 % self.SAMPLE_EVERY
+        pids = self._pids() if sample else ()
         if pids:
             cpu = self._cpu_s(pids)
             if cpu is not None:

@@ -189,6 +189,15 @@ def test_one_phase_in_sample_every_is_measured():
     assert threads.busy > 0.05 and len(phases.reads) == 4
 
 
+def test_pool_mode_pauses_as_decided_and_reads_nothing():
+    threads, phases = _threads(cpus=2)
+    assert all(threads.before_step(measure=False) for _ in range(3)), "nothing measured yet: pause"
+    threads.after_step()
+    assert threads.busy is None and phases.reads == []
+    phases.phase(threads, 0.1)  # a sync step measured the workers waiting
+    assert not threads.before_step(measure=False) and len(phases.reads) == 2
+
+
 def test_nothing_to_measure_always_pauses_and_no_runtime_reads_nothing():
     threads, phases = _threads(cpus=4, pids=())
     assert all(threads.before_step() for _ in range(3)), "no local workers (Ray): every step pauses"

@@ -170,11 +170,12 @@ class Engine:
 
     close = give_up
 
-    def pause_policy_threads(self) -> None:
+    def pause_policy_threads(self, measure: bool = True) -> None:
         """Call right before sending steps: the calling thread's idle OpenMP pool (the policy's)
-        ends its threads at once when the workers need the cores (``pause_openmp``; else nothing)."""
+        ends its threads at once when the workers need the cores (``pause_openmp``; else nothing).
+        ``measure``: time this step's env phase (step_wait ends it) to decide later steps."""
         if self._openmp is not None:
-            self._openmp.before_step()
+            self._openmp.before_step(measure)
 
     def check_open(self) -> None:
         if self.closed:

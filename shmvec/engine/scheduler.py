@@ -164,7 +164,9 @@ class PoolScheduler:
                 touched.append(w)
         full = [w for w in touched if len(self.pending[w]) == len(self.groups[w])]
         if full:
-            engine.pause_policy_threads()  # before sending: the idle threads free the workers' cores
+            # Before sending: the idle threads free the workers' cores. Every send: the workers
+            # step while the policy runs, so no env phase ends that could be measured.
+            engine.pause_policy_threads(measure=False)
         for w in full:
             self._post_step(w)
         if self.last_ids is not None and env_ids is None:
