@@ -40,6 +40,7 @@ import re
 import sys
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
 _OMP_PAUSE_SOFT = 1
 _LIBGOMP = re.compile(r"/libgomp[^/]*\.so[^/]*$")
@@ -105,6 +106,14 @@ def process_cpu_clock(pid: int) -> int:
     return ((~pid) << 3) | 2
 
 
+def live_pids(processes: Sequence[Any]) -> list[int]:
+    """The pids of the started ones of ``processes``; empty if one is closed (being replaced)."""
+    try:
+        return [p.pid for p in processes if p.pid is not None]
+    except ValueError:  # Process.pid of a closed process object
+        return []
+
+
 def workers_cpu_s(pids: Sequence[int]) -> float | None:
     """Total CPU seconds the processes ``pids`` have used; None where one is gone or not readable."""
     try:
@@ -125,7 +134,8 @@ class PolicyThreads:
     CPU per Pong step), and the average needs no more.
 
     :param cpus: cores this process may run on.
-    :param pids: returns the local worker processes' pids (empty: none to measure).
+    :param processes: the local worker processes (``multiprocessing`` process objects), a list the
+        owner updates in place as workers are replaced; empty: none to measure.
     :param cpu_s: total CPU seconds of the given pids, None when unreadable (tests pass their own).
     :param clock: wall clock in seconds (tests pass their own).
     """
@@ -137,14 +147,14 @@ class PolicyThreads:
     def __init__(
         self,
         cpus: int,
-        pids: Callable[[], Sequence[int]],
+        processes: Sequence[Any],
         cpu_s: Callable[[Sequence[int]], float | None] = workers_cpu_s,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         self.pauser = OpenMPPauser()
         self.limit = cpus - self.SPARE  # pause above this many busy cores
         self.busy: float | None = None  # cores the workers kept busy, averaged over env phases
-        self._pids = pids
+        self._processes = processes
         self._cpu_s = cpu_s
         self._clock = clock
         self._steps = 0
@@ -164,7 +174,7 @@ class PolicyThreads:
             return False
         self._steps += measure
         sample = measure and self._steps % self.SAMPLE_EVERY == 1 % self.SAMPLE_EVERY
-        pids = self._pids() if sample else ()
+        pids = live_pids(self._processes) if sample else ()
         if pids:
             cpu = self._cpu_s(pids)
             if cpu is not None:

@@ -7,6 +7,7 @@ interpreter so the torch thread pool it looks at is its own.
 from __future__ import annotations
 
 import json
+import types
 
 import pytest
 
@@ -145,7 +146,8 @@ def _threads(cpus: int, runtimes: int = 1, pids=(11, 12), every: int = 1):
     from shmvec.openmp import PolicyThreads
 
     phases = _Phases()
-    threads = PolicyThreads(cpus, lambda: list(pids), cpu_s=phases.cpu_s, clock=phases.clock)
+    processes = [types.SimpleNamespace(pid=pid) for pid in pids]
+    threads = PolicyThreads(cpus, processes, cpu_s=phases.cpu_s, clock=phases.clock)
     threads.pauser = _Pauses(runtimes)
     threads.SAMPLE_EVERY = every
     return threads, phases
@@ -206,6 +208,17 @@ def test_nothing_to_measure_always_pauses_and_no_runtime_reads_nothing():
     quiet, quiet_phases = _threads(cpus=4, runtimes=0)
     assert not quiet_phases.phase(quiet, 3.0)
     assert quiet.pauser.count == 0 and quiet_phases.reads == [] and quiet.busy is None
+
+
+def test_live_pids_skips_unstarted_processes_and_gives_up_on_a_closed_one():
+    import multiprocessing as mp
+
+    from shmvec.openmp import live_pids
+
+    started, unstarted = types.SimpleNamespace(pid=7), mp.get_context("fork").Process(target=print)
+    assert live_pids([started, unstarted]) == [7]
+    unstarted.close()
+    assert live_pids([started, unstarted]) == []
 
 
 def test_workers_cpu_s_reads_live_processes_and_none_for_a_gone_one():

@@ -89,13 +89,9 @@ class Engine:
             opts.isolate_rng,
             opts.worker_cpus,
         )
-        self.res = res = self.pool.res
+        self.res = self.pool.res
         self._finalizer = weakref.finalize(self, self.res.release)
-
-        def pids() -> list[int]:  # holds the resources, not the engine: no cycle to delay the finalizer
-            return [p.pid for p in res.processes]
-
-        self._openmp = PolicyThreads(usable_cpus(), pids) if opts.pause_openmp else None
+        self._openmp = PolicyThreads(usable_cpus(), self.res.processes) if opts.pause_openmp else None
         try:
             self.observation_space, self.action_space = self._launch(range(self.n_workers))
             self.obs_leaves: list[Leaf] = leaves(self.observation_space)
