@@ -7,12 +7,14 @@ SB3's Atari recipe (``make_atari_env("PongNoFrameskip-v4", n_envs=8)``, 4 stacke
 ent_coef 0.01, vf_coef 0.5, learning rate 2.5e-4; zoo's linear schedules are constant here) on CPU,
 for each VecEnv below, interleaved over ``--rounds`` rounds with the same seed. Per run: seconds in
 ``collect_rollouts`` (the VecEnv's share: policy forward passes and env steps), seconds in ``train``,
-the whole ``learn`` call, and a hash of the learned parameters; ``dummy``, ``shm`` and ``shm-pin``
+the whole ``learn`` call, and a hash of the learned parameters; ``dummy`` and the ``shm`` ones
 must learn identical parameters (SubprocVecEnv's float64 rewards may change the last bits).
 
 Configurations: ``dummy`` (``VecFrameStack(DummyVecEnv)``), ``subproc`` (``VecFrameStack(SubprocVecEnv)``),
-``shm`` (``VecFrameStack(ShmVecEnv)``) and ``shm-pin`` (``ShmVecEnv(frame_stack=4, worker_cpus="auto")``).
-Process backends use fork, so start-up stays out of the comparison.
+``shm`` (``VecFrameStack(ShmVecEnv)``), ``shm-stack`` (``ShmVecEnv(frame_stack=4)``) and ``shm-pin``
+(``shm-stack`` with ``worker_cpus="auto"``).
+Process backends use fork, so start-up stays out of the comparison. Each run has an interpreter
+of its own (``--one``), so no run inherits what an earlier one left in the process.
 """
 
 from __future__ import annotations
@@ -20,11 +22,13 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
-CONFIGS = ("dummy", "subproc", "shm", "shm-pin")
+CONFIGS = ("dummy", "subproc", "shm", "shm-stack", "shm-pin")
 ZOO = {"n_steps": 128, "batch_size": 256, "n_epochs": 4, "clip_range": 0.1, "ent_coef": 0.01, "vf_coef": 0.5}
 
 
@@ -36,8 +40,10 @@ def make_venv(config: str, n_envs: int, seed: int) -> Any:
 
     cls: Any = {"dummy": DummyVecEnv, "subproc": SubprocVecEnv}.get(config, ShmVecEnv)
     kwargs: dict[str, Any] = {} if config == "dummy" else {"start_method": "fork"}
+    if config in ("shm-stack", "shm-pin"):
+        kwargs["frame_stack"] = 4
     if config == "shm-pin":
-        kwargs.update(frame_stack=4, worker_cpus="auto")
+        kwargs["worker_cpus"] = "auto"
     venv = make_atari_env(
         "PongNoFrameskip-v4", n_envs=n_envs, seed=seed, vec_env_cls=cls, vec_env_kwargs=kwargs
     )
@@ -82,6 +88,18 @@ def run_one(config: str, args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def run_fresh(config: str, args: argparse.Namespace) -> dict[str, Any]:
+    """:func:`run_one` in a new interpreter. In one process the training phase slowed with each
+    run (DummyVecEnv's updates: 82.4 s run first, 87.6 s run second), which made the later
+    configurations look slower."""
+    command = [sys.executable, __file__, "--one", config, "--steps", str(args.steps)]
+    command += ["--n-envs", str(args.n_envs), "--seed", str(args.seed)]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"{config} failed:\n{done.stderr[-4000:]}")
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
 def markdown(result: dict[str, Any]) -> str:
     import numpy as np
 
@@ -124,22 +142,26 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--json", type=Path, default=None, help="write the raw figures here")
     parser.add_argument("--from-json", type=Path, default=None, help="measure nothing; report this JSON")
+    parser.add_argument("--one", choices=CONFIGS, help=argparse.SUPPRESS)  # one run, in the child
     args = parser.parse_args()
     configs = [c for c in args.configs.split(",") if c]
     unknown = set(configs) - set(CONFIGS)
     if unknown:
         parser.error(f"unknown configs {sorted(unknown)}; choose from {CONFIGS}")
-    if args.from_json:
-        result = json.loads(args.from_json.read_text())
-    else:
+    if args.one:
         import ale_py
         import gymnasium as gym
 
         gym.register_envs(ale_py)
+        print(json.dumps(run_one(args.one, args)))
+        return
+    if args.from_json:
+        result = json.loads(args.from_json.read_text())
+    else:
         rounds: dict[str, list[dict[str, Any]]] = {c: [] for c in configs}
         for r in range(args.rounds):
             for config in configs[r % len(configs) :] + configs[: r % len(configs)]:
-                rounds[config].append(run_one(config, args))
+                rounds[config].append(run_fresh(config, args))
                 print(f"round {r + 1} {config}: {rounds[config][-1]}", flush=True)
         spec = {k: v for k, v in vars(args).items() if k not in ("json", "from_json")}
         result = {"spec": spec, "torch_threads": rounds[configs[0]][0]["torch_threads"], "rounds": rounds}
