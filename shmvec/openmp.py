@@ -26,11 +26,12 @@ left alone.
 
 The pause has a price, so :class:`PolicyThreads` pays it only when the workers need the cores. The
 next parallel region must start new threads, and when the cores have been idle meanwhile that start
-is slow: on the development machine the first region after a pause and a 1 ms sleep took 7-8 ms more
-(the main thread spins for the new thread, which waits behind it). With an env that sleeps 2 ms per
-step (8 envs, 2 workers, PPO ``CnnPolicy`` in the loop) a batch step took 24.5 ms pausing and 16.2 ms
-not pausing. Whether the workers need the cores is measured, not guessed: their CPU time over each
-env phase (the step sent to the last reply), read from their process CPU clocks.
+is slow: on the development machine the first region after a pause and a 1 ms sleep took 7-8 ms more,
+all of it CPU time of the main thread spinning for the new thread. With an env that sleeps 2 ms per
+step (8 envs, 2 workers, PPO ``CnnPolicy`` in the loop) a batch step took 26.3 ms pausing and 16.9 ms
+pausing only when needed (``benchmarks/policy_pause.py``). Whether the workers need the cores is
+measured, not guessed: their CPU time over each env phase (the step sent to the last reply), read
+from their process CPU clocks.
 """
 
 from __future__ import annotations
