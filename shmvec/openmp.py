@@ -173,13 +173,15 @@ class PolicyThreads:
         self._phase = None
         if not self.pauser.runtimes():  # no OpenMP in this process: nothing to pause or to measure
             return False
-        self._steps += measure
-        sample = measure and self._steps % self.SAMPLE_EVERY == 1 % self.SAMPLE_EVERY
-        pids = live_pids(self._processes) if sample else ()
+        pids: list[int] = []
+        if measure:
+            if self._steps % self.SAMPLE_EVERY == 0:  # the first step, then one in SAMPLE_EVERY
+                pids = live_pids(self._processes)
+            self._steps += 1
         if pids:
             cpu = self._cpu_s(pids)
             if cpu is not None:
-                self._phase = (list(pids), self._clock(), cpu)
+                self._phase = (pids, self._clock(), cpu)
         if self.pausing:
             self.pauser.pause()
             return True
