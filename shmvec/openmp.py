@@ -30,8 +30,8 @@ is slow: on the development machine the first region after a pause and a 1 ms sl
 all of it CPU time of the main thread spinning for the new thread. With an env that sleeps 2 ms per
 step (8 envs, 2 workers, PPO ``CnnPolicy`` in the loop) a batch step took 26.3 ms pausing and 16.9 ms
 pausing only when needed (``benchmarks/policy_pause.py``). Whether the workers need the cores is
-measured, not guessed: their CPU time over each env phase (the step sent to the last reply), read
-from their process CPU clocks.
+measured, not guessed: the time they ran or waited for a core over each env phase (the step sent to
+the last reply), read from their process CPU clocks and ``/proc/<pid>/schedstat``.
 """
 
 from __future__ import annotations
@@ -101,12 +101,6 @@ class OpenMPPauser:
         return n
 
 
-def process_cpu_clock(pid: int) -> int:
-    """The clock id of process ``pid``'s CPU time, for :func:`time.clock_gettime` (Linux's encoding,
-    the one glibc's ``clock_getcpuclockid`` returns): one system call per read, no ``/proc`` parsing."""
-    return ((~pid) << 3) | 2
-
-
 def live_pids(processes: Sequence[Any]) -> list[int]:
     """The pids of the started ones of ``processes``; empty if one is closed (being replaced)."""
     try:
@@ -115,29 +109,66 @@ def live_pids(processes: Sequence[Any]) -> list[int]:
         return []
 
 
-def workers_cpu_s(pids: Sequence[int]) -> float | None:
-    """Total CPU seconds the processes ``pids`` have used; None where one is gone or not readable."""
+def process_cpu_clock(pid: int) -> int:
+    """The clock id of process ``pid``'s CPU time, for :func:`time.clock_gettime` (Linux's encoding,
+    the one glibc's ``clock_getcpuclockid`` returns): one system call per read, no ``/proc`` parsing."""
+    return ((~pid) << 3) | 2
+
+
+def workers_times(pids: Sequence[int]) -> tuple[float, float] | None:
+    """Seconds the processes ``pids`` have run, and seconds their main threads have waited to run
+    (runnable, queued behind other threads), each in total; None where one is gone or
+    ``/proc/<pid>/schedstat`` is missing.
+
+    Run time alone understates what a worker needs when something else holds its core: next to a
+    spinning OpenMP thread two CPU-bound workers ran 0.95 cores' worth (median, 2 cores) and would
+    have read as not needing both; with their queueing added they read 1.48 (1.76 with the threads
+    paused). The run time comes from the process CPU clock, which is up to date when read;
+    schedstat's own run time is not (it lags by up to a scheduler tick for a thread that is running).
+    """
+    run = queued = 0.0
     try:
-        return sum(time.clock_gettime(process_cpu_clock(pid)) for pid in pids)
-    except OSError:
+        for pid in pids:
+            with open(f"/proc/{pid}/schedstat", "rb") as f:
+                queued += int(f.read().split()[1]) / 1e9
+            run += time.clock_gettime(process_cpu_clock(pid))
+    except (OSError, ValueError, IndexError):
         return None
+    return run, queued
+
+
+_Reading = tuple[list[int], float, float, float]  # pids, wall clock, their run and queued seconds
 
 
 class PolicyThreads:
     """Before each step, pauses the policy's idle OpenMP threads when the workers need the cores.
 
-    The workers need them when, over recent env phases, they left less than :attr:`SPARE` of a core
-    unused (a spinning thread would take a whole one): a running average with weight :attr:`WEIGHT`
-    on the newest phase. Not a whole core, so that on one core a worker that mostly waits (a few
-    percent of a core) does not count as needing it. Until a phase has been measured, and where there
-    are no local worker processes to measure (Ray), every step pauses. One phase in
-    :attr:`SAMPLE_EVERY` is measured: the clock reads cost the main process ~10 µs a step (2% of its
-    CPU per Pong step), and the average needs no more.
+    The workers need them when, over recent env phases, they ran or waited to run on all but less
+    than :attr:`SPARE` of the cores (a spinning thread would take a whole one): a running average of
+    their run plus queued seconds (:func:`workers_times`) per second, with weight :attr:`WEIGHT` on
+    the newest phase. Waiting to run counts, or workers slowed down by the spinning threads would
+    look as if they needed less and the pause, once stopped, would not resume. Not a whole core, so
+    that on one core a worker that mostly waits (a few percent of a core) does not count as needing
+    it. Until a phase has been
+    measured, and where there are no local worker processes to measure (Ray) or no
+    ``/proc/<pid>/schedstat``, every step pauses. One phase in :attr:`SAMPLE_EVERY` is measured, from
+    the second: the reads cost ~13 µs per worker at each end, and the average needs no more.
+
+    In pool mode a send after which the next batch can be filled without the envs it sends
+    (``before_step(overlapped=True)``) does not pause: those envs step while the policy runs, their
+    workers hold the cores the restarted threads would need, and the forward pass waits for them.
+    Measured with 16 envs in batches of 8 (2 workers, PPO ``CnnPolicy``, three runs): pausing there
+    was never faster, and with envs that wait it was 1.43x slower in one run
+    (``benchmarks/policy_pause.py --loops pool``; with NatureCNN and Pong in the envs, 1.09-1.53x
+    per round). That
+    is known from the pool's state, not measured: the workers' run time while the policy runs would
+    read low exactly when the policy's threads crowd them out.
 
     :param cpus: cores this process may run on.
     :param processes: the local worker processes (``multiprocessing`` process objects), a list the
         owner updates in place as workers are replaced; empty: none to measure.
-    :param cpu_s: total CPU seconds of the given pids, None when unreadable (tests pass their own).
+    :param times: seconds the given pids have run and waited to run, None when unreadable (tests
+        pass their own; default :func:`workers_times`).
     :param clock: wall clock in seconds (tests pass their own).
     """
 
@@ -149,52 +180,53 @@ class PolicyThreads:
         self,
         cpus: int,
         processes: Sequence[Any],
-        cpu_s: Callable[[Sequence[int]], float | None] = workers_cpu_s,
+        times: Callable[[Sequence[int]], tuple[float, float] | None] = workers_times,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         self.pauser = OpenMPPauser()
         self.limit = cpus - self.SPARE  # pause above this many busy cores
-        self.busy: float | None = None  # cores the workers kept busy, averaged over env phases
+        self.busy: float | None = None  # cores the workers ran or waited on, averaged over env phases
         self._processes = processes
-        self._cpu_s = cpu_s
+        self._times = times
         self._clock = clock
         self._steps = 0
-        self._phase: tuple[list[int], float, float] | None = None
+        self._phase: _Reading | None = None  # where the env phase being measured began
 
     @property
     def pausing(self) -> bool:
         """Whether the next step pauses (when a runtime is loaded)."""
         return self.busy is None or self.busy > self.limit
 
-    def before_step(self, measure: bool = True) -> bool:
-        """Call right before sending a step to the workers; whether it paused. ``measure=False``
-        (pool mode, where the workers step while the policy runs and no env phase ends before the
-        next send): pause as decided so far (always, if no phase was ever measured), read nothing."""
+    def before_step(self, overlapped: bool = False) -> bool:
+        """Call right before sending a step to the workers; whether it paused. ``overlapped``: pool
+        mode, where the next batch can come without these steps, so they run while the policy does
+        (no pause; see the class docstring)."""
         self._phase = None
         if not self.pauser.runtimes():  # no OpenMP in this process: nothing to pause or to measure
             return False
-        pids: list[int] = []
-        if measure:
-            if self._steps % self.SAMPLE_EVERY == 0:  # the first step, then one in SAMPLE_EVERY
-                pids = live_pids(self._processes)
-            self._steps += 1
-        if pids:
-            cpu = self._cpu_s(pids)
-            if cpu is not None:
-                self._phase = (pids, self._clock(), cpu)
-        if self.pausing:
-            self.pauser.pause()
-            return True
-        return False
+        # Not the first step: its env phase holds one-time costs (the workers' first step after a
+        # reset, the OpenMP pool's first start) and read as low as 0.9 busy cores for CPU-bound envs.
+        if self._steps % self.SAMPLE_EVERY == 1 % self.SAMPLE_EVERY and self._steps:
+            self._phase = self._read(live_pids(self._processes))
+        self._steps += 1
+        if overlapped or not self.pausing:
+            return False
+        self.pauser.pause()
+        return True
 
     def after_step(self) -> None:
-        """Call once the step's last reply is in: adds this env phase to the average."""
+        """Call once the step's last reply (pool mode: the batch) is in: adds this env phase to the
+        average."""
         if self._phase is None:
             return
-        pids, start, cpu0 = self._phase
+        pids, then, run0, queued0 = self._phase
         self._phase = None
-        cpu, wall = self._cpu_s(pids), self._clock() - start
-        if cpu is None or wall <= 0:
+        now = self._read(pids)
+        if now is None or now[1] <= then:
             return
-        sample = (cpu - cpu0) / wall
+        sample = (now[2] - run0 + now[3] - queued0) / (now[1] - then)
         self.busy = sample if self.busy is None else self.busy + self.WEIGHT * (sample - self.busy)
+
+    def _read(self, pids: list[int]) -> _Reading | None:
+        times = self._times(pids) if pids else None
+        return None if times is None else (pids, self._clock(), *times)

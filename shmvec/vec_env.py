@@ -108,9 +108,11 @@ class ShmVecEnv(VecEnv):
     :param pause_openmp: before sending each step, end the idle OpenMP threads of the calling thread
         (PyTorch's intra-op pool on Linux) so that their spin-wait does not take a core the workers
         need; the policy's next forward pass starts them again. Only while the workers need the
-        cores: their CPU time over recent steps is measured, and an env that mostly waits (I/O,
-        sleeps) leaves the threads alone, since starting them again after idle cores costs the next
-        forward pass several ms. Default True; see :mod:`shmvec.openmp` for the measurements.
+        cores: the time they ran or waited to run over recent steps is measured, and an env that
+        mostly waits (I/O, sleeps) leaves the threads alone, since starting them again after idle
+        cores costs the next forward pass several ms. Pool mode (``ShmVectorEnv(batch_size=...)``)
+        never pauses before steps that run while the policy does. Default True; see
+        :mod:`shmvec.openmp` for the measurements.
     :param frame_stack: stack this many consecutive observations of each env in its worker, giving
         exactly what ``VecFrameStack(venv, frame_stack)`` gives (observations, observation space and
         ``terminal_observation``) without the main process's per-step stacking work. Default None: no

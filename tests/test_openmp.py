@@ -7,6 +7,7 @@ interpreter so the torch thread pool it looks at is its own.
 from __future__ import annotations
 
 import json
+import os
 import types
 
 import pytest
@@ -120,24 +121,36 @@ class _Pauses:
 
 
 class _Phases:
-    """A wall clock and workers' CPU clocks that each env phase advances by what the test says."""
+    """A wall clock and workers' run and queued seconds that each phase advances by what the test
+    says."""
 
     def __init__(self) -> None:
-        self.now = self.cpu = 0.0
+        self.now = self.cpu = self.queued = 0.0
         self.reads: list[list[int]] = []
         self.gone = False
 
     def clock(self) -> float:
         return self.now
 
-    def cpu_s(self, pids) -> float | None:
+    def times(self, pids) -> tuple[float, float] | None:
         self.reads.append(list(pids))
-        return None if self.gone else self.cpu
+        return None if self.gone else (self.cpu, self.queued)
+
+    def advance(self, busy_cores: float, wall: float = 0.01, queued_cores: float = 0.0) -> None:
+        self.now += wall
+        self.cpu += busy_cores * wall
+        self.queued += queued_cores * wall
 
     def phase(self, threads, busy_cores: float, wall: float = 0.01) -> bool:
         paused = threads.before_step()
-        self.now += wall
-        self.cpu += busy_cores * wall
+        self.advance(busy_cores, wall)
+        threads.after_step()
+        return paused
+
+    def pool_cycle(self, threads, busy_cores: float, overlapped: bool) -> bool:
+        """send (``overlapped``: the next batch can come without it), the workers step until recv."""
+        paused = threads.before_step(overlapped)
+        self.advance(busy_cores)
         threads.after_step()
         return paused
 
@@ -147,7 +160,7 @@ def _threads(cpus: int, runtimes: int = 1, pids=(11, 12), every: int = 1):
 
     phases = _Phases()
     processes = [types.SimpleNamespace(pid=pid) for pid in pids]
-    threads = PolicyThreads(cpus, processes, cpu_s=phases.cpu_s, clock=phases.clock)
+    threads = PolicyThreads(cpus, processes, times=phases.times, clock=phases.clock)
     threads.pauser = _Pauses(runtimes)
     threads.SAMPLE_EVERY = every
     return threads, phases
@@ -155,9 +168,11 @@ def _threads(cpus: int, runtimes: int = 1, pids=(11, 12), every: int = 1):
 
 def test_pauses_while_the_workers_keep_the_cores_busy_and_not_while_they_wait():
     threads, phases = _threads(cpus=2)
-    assert phases.phase(threads, 1.8), "nothing measured yet: the first step pauses"
+    assert phases.phase(threads, 0.9), "nothing measured yet: the first step pauses"
+    assert threads.busy is None and phases.reads == [], "the first step's one-time costs are not measured"
+    assert phases.phase(threads, 1.8)
     assert threads.busy == pytest.approx(1.8)
-    assert all(phases.phase(threads, 1.6) for _ in range(5))
+    assert all(phases.phase(threads, 1.6) for _ in range(4))
     # The env starts waiting on I/O: the average falls below 1.25 cores within a few steps.
     waits = [phases.phase(threads, 0.05) for _ in range(6)]
     assert waits[0] and not waits[-1], waits
@@ -168,7 +183,18 @@ def test_pauses_while_the_workers_keep_the_cores_busy_and_not_while_they_wait():
     busy_again = [phases.phase(threads, 2.0) for _ in range(8)]
     assert busy_again[-1] and not busy_again[0], busy_again
     assert threads.pauser.count == sum([True] * 6 + waits + busy_again)
-    assert phases.reads == [[11, 12]] * (2 * 20), "each of the 20 phases reads the clocks at both ends"
+    assert phases.reads == [[11, 12]] * (2 * 19), "each phase after the first reads at both ends"
+
+
+def test_workers_slowed_by_the_spinning_threads_still_count_as_needing_the_cores():
+    threads, phases = _threads(cpus=2)
+    threads.busy = 1.8
+    # Not paused, a spinner holds one core: the workers run on ~1 and queue for the other.
+    for _ in range(12):
+        threads.before_step()
+        phases.advance(0.95, queued_cores=0.5)
+        threads.after_step()
+    assert threads.busy == pytest.approx(1.45, abs=0.02) and threads.pausing
 
 
 def test_one_core_pauses_for_a_busy_worker_and_an_unreadable_clock_adds_no_sample():
@@ -183,6 +209,7 @@ def test_one_core_pauses_for_a_busy_worker_and_an_unreadable_clock_adds_no_sampl
 
 def test_one_phase_in_sample_every_is_measured():
     threads, phases = _threads(cpus=2, every=4)
+    assert phases.phase(threads, 1.9) and phases.reads == [], "the first step is not measured"
     assert phases.phase(threads, 0.05)
     assert threads.busy == pytest.approx(0.05) and len(phases.reads) == 2
     assert not any(phases.phase(threads, 1.9) for _ in range(3)), "phases 2-4 are not measured"
@@ -191,13 +218,43 @@ def test_one_phase_in_sample_every_is_measured():
     assert threads.busy > 0.05 and len(phases.reads) == 4
 
 
-def test_pool_mode_pauses_as_decided_and_reads_nothing():
+def test_pool_mode_does_not_pause_steps_that_run_while_the_policy_does():
     threads, phases = _threads(cpus=2)
-    assert all(threads.before_step(measure=False) for _ in range(3)), "nothing measured yet: pause"
-    threads.after_step()
-    assert threads.busy is None and phases.reads == []
-    phases.phase(threads, 0.1)  # a sync step measured the workers waiting
-    assert not threads.before_step(measure=False) and len(phases.reads) == 2
+    # batch_size == num_envs: the next batch needs these envs, so pausing pays as in step().
+    assert all(phases.pool_cycle(threads, 1.9, overlapped=False) for _ in range(4))
+    # Smaller batches: the next batch comes from the other envs while these step.
+    assert not any(phases.pool_cycle(threads, 1.9, overlapped=True) for _ in range(4))
+    assert threads.busy == pytest.approx(1.9) and len(phases.reads) == 2 * 7, "still measured"
+    assert phases.pool_cycle(threads, 1.9, overlapped=False), "decided at every send"
+
+
+def test_workers_that_wait_for_a_core_count_as_needing_it():
+    """Two CPU-bound processes on one CPU: each runs half the time and waits the other half, and
+    both halves are demand (the case of workers next to a spinning OpenMP thread)."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from shmvec.openmp import workers_times
+
+    cpu = min(os.sched_getaffinity(0))
+    spin = f"import os, time; os.sched_setaffinity(0, {{{cpu}}}); print(flush=True)\nwhile True: pass"
+    children = [subprocess.Popen([sys.executable, "-c", spin], stdout=subprocess.PIPE) for _ in range(2)]
+    try:
+        for child in children:
+            child.stdout.readline()  # pinned and spinning
+        pids = [c.pid for c in children]
+        (run0, queued0), start = workers_times(pids), time.perf_counter()
+        time.sleep(0.4)
+        (run, queued), wall = workers_times(pids), time.perf_counter() - start
+    finally:
+        for child in children:
+            child.kill()
+            child.wait()
+    assert (run - run0) / wall < 1.2, "the two shared one CPU"
+    assert (run - run0 + queued - queued0) / wall > 1.6, "both were runnable all along"
+    assert workers_times(pids) is None, "reaped: no such process"
 
 
 def test_nothing_to_measure_always_pauses_and_no_runtime_reads_nothing():
@@ -219,23 +276,6 @@ def test_live_pids_skips_unstarted_processes_and_gives_up_on_a_closed_one():
     assert live_pids([started, unstarted]) == [7]
     unstarted.close()
     assert live_pids([started, unstarted]) == []
-
-
-def test_workers_cpu_s_reads_live_processes_and_none_for_a_gone_one():
-    import os
-    import subprocess
-    import sys
-
-    from shmvec.openmp import workers_cpu_s
-
-    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
-    try:
-        own = workers_cpu_s([os.getpid()])
-        assert own is not None and own > 0
-        assert workers_cpu_s([os.getpid(), child.pid]) is not None
-    finally:
-        child.communicate(b"")
-    assert workers_cpu_s([child.pid]) is None  # reaped: no such process
 
 
 @pytest.mark.parametrize("waits", [True, False])
@@ -274,3 +314,51 @@ if __name__ == "__main__":
         assert all(kept[4:]), kept
     else:
         assert not any(kept), kept
+
+
+@pytest.mark.skipif(
+    len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs: one worker steps while the policy runs"
+)
+@pytest.mark.parametrize(
+    ("batch", "env", "expect"),
+    [(2, "work_s=0.01", "kept"), (4, "work_s=0.01", "paused"), (4, "io_s=(0.01, 0.01)", "kept")],
+)
+def test_pool_mode_pauses_only_for_workers_that_wait_for_the_policy_and_need_the_cores(
+    tmp_path, batch, env, expect
+):
+    """Thread counts in a real pool-mode ShmVectorEnv of 4 envs, held to 2 CPUs. Batches of half the
+    envs: the other half steps while the policy runs, so no send pauses. Batches of every env: the
+    workers wait for the policy, and the sends pause while the envs burn CPU, not while they sleep."""
+    out = _run(
+        tmp_path,
+        f"""
+import numpy as np
+from shmvec import ShmVectorEnv
+from shmvec.synthetic import SyntheticImageEnv
+
+def make():
+    return SyntheticImageEnv(shape=(8, 8, 1), {env})  # a group's step outlasts the policy's
+
+if __name__ == "__main__":
+    os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:2])
+    env = ShmVectorEnv([make] * 4, n_workers=2, batch_size={batch}, start_method="fork")
+    env.async_reset(seed=0)
+    env.recv()
+    kept = []
+    for _ in range(16):
+        work()
+        with_pool = n_threads()
+        env.send(np.zeros({batch}, dtype=env.single_action_space.dtype))
+        kept.append(n_threads() == with_pool)
+        env.recv()
+    env.close()
+    print(json.dumps(dict(kept=kept)))
+""",
+    )
+    kept = out["kept"]
+    if expect == "paused":
+        assert not any(kept), kept
+    elif batch == 2:
+        assert all(kept[1:]), kept
+    else:
+        assert not kept[0] and all(kept[6:]), kept

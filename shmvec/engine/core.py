@@ -166,12 +166,18 @@ class Engine:
 
     close = give_up
 
-    def pause_policy_threads(self, measure: bool = True) -> None:
+    def pause_policy_threads(self, overlapped: bool = False) -> None:
         """Call right before sending steps: the calling thread's idle OpenMP pool (the policy's)
         ends its threads at once when the workers need the cores (``pause_openmp``; else nothing).
-        ``measure``: time this step's env phase (step_wait ends it) to decide later steps."""
+        ``overlapped``: pool mode, where these steps run while the policy does (no pause)."""
         if self._openmp is not None:
-            self._openmp.before_step(measure)
+            self._openmp.before_step(overlapped)
+
+    def steps_received(self) -> None:
+        """Call when the replies to the steps sent are in (pool mode: a batch's): what the workers
+        needed meanwhile decides later pauses (see :class:`~shmvec.openmp.PolicyThreads`)."""
+        if self._openmp is not None:
+            self._openmp.after_step()
 
     def check_open(self) -> None:
         if self.closed:
@@ -305,8 +311,7 @@ class Engine:
             raise RuntimeError("step_wait() called without step_async()")
         slot = self.slots.current
         outcome = self.pool.gather(self._stepping, "step", stop_on_fault=not self.restart)
-        if self._openmp is not None:
-            self._openmp.after_step()
+        self.steps_received()
         outcome.faults = sorted(outcome.faults + self._posted_faults, key=lambda f: f.worker)
         faults = settle(self, outcome, Command.STEP)
         self.waiting = False

@@ -164,9 +164,9 @@ class PoolScheduler:
                 touched.append(w)
         full = [w for w in touched if len(self.pending[w]) == len(self.groups[w])]
         if full:
-            # Before sending: the idle threads free the workers' cores. Every send: the workers
-            # step while the policy runs, so no env phase ends that could be measured.
-            engine.pause_policy_threads(measure=False)
+            # Before sending: the idle threads free the workers' cores when they need them, unless
+            # the next batch can come from other envs and these step while the policy runs.
+            engine.pause_policy_threads(overlapped=len(self.ready) + len(self.in_flight) >= self.per_batch)
         for w in full:
             self._post_step(w)
         if self.last_ids is not None and env_ids is None:
@@ -224,6 +224,7 @@ class PoolScheduler:
         workers = self._await_batch()
         # Taken before reading: a failed read (a codec error) leaves them received, not stuck.
         replies = [self.ready.pop(w) for w in workers]
+        self.engine.steps_received()
         batch = self.reading.read([self.groups[w] for w in workers], [self.slot[w] for w in workers], replies)
         self.last_ids = batch.env_ids.copy()
         return batch
