@@ -21,13 +21,20 @@ Configurations (``--configs``, comma-separated):
 
 ``--actions random`` replaces ``predict`` with presampled random actions. The README's "With the
 policy in the loop" table is rendered from the JSON by ``--from-json ... --markdown``.
+
+Each run has an interpreter of its own (``--one``), as in ``ppo_zoo.py``: no run inherits what an
+earlier one left in the process. Each run also records the share of the machine's CPU time the
+hypervisor stole meanwhile (``steal``), which marks runs the machine slowed down.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import subprocess
+import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +43,8 @@ import numpy as np
 CONFIGS = ("dummy", "subproc", "shm", "shm-stack", "shm-pin", "shm-spin", "shm-sleep")
 
 
-def make_venv(config: str, n_envs: int, n_stack: int) -> Any:
+def make_venv(config: str, n_envs: int, n_stack: int, seed: int = 0) -> Any:
+    """SB3's Atari recipe (``make_atari_env`` on Pong, ``n_stack`` frames) through ``config``'s VecEnv."""
     from stable_baselines3.common.env_util import make_atari_env
     from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecFrameStack
 
@@ -52,12 +60,36 @@ def make_venv(config: str, n_envs: int, n_stack: int) -> Any:
         kwargs["worker_cpus"] = "auto"
     if config == "shm-spin":
         kwargs["pause_openmp"] = False
-    venv = make_atari_env("PongNoFrameskip-v4", n_envs=n_envs, seed=0, vec_env_cls=cls, vec_env_kwargs=kwargs)
+    venv = make_atari_env(
+        "PongNoFrameskip-v4", n_envs=n_envs, seed=seed, vec_env_cls=cls, vec_env_kwargs=kwargs
+    )
     return venv if "frame_stack" in kwargs else VecFrameStack(venv, n_stack)
 
 
-def measure(config: str, model: Any, args: argparse.Namespace) -> dict[str, float]:
-    """One round of one configuration: figures per batch step."""
+def run_fresh(script: str, argv: Sequence[str]) -> dict[str, Any]:
+    """Run ``script`` with ``argv`` in a new interpreter; the JSON object its last line prints. In
+    one process later runs slowed down (PPO's updates: 82.4 s run first, 87.6 s run second)."""
+    done = subprocess.run([sys.executable, script, *argv], capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} failed:\n{done.stderr[-4000:]}")
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def measure(config: str, args: argparse.Namespace) -> dict[str, float]:
+    """One round of one configuration (in the child interpreter): figures per batch step."""
+    import ale_py
+    import gymnasium as gym
+    import torch
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.env_util import make_atari_env
+    from stable_baselines3.common.vec_env import VecFrameStack
+
+    from shmvec.bench.system import cpu_snapshot
+
+    gym.register_envs(ale_py)
+    probe = VecFrameStack(make_atari_env("PongNoFrameskip-v4", n_envs=1, seed=0), args.n_stack)
+    model = PPO("CnnPolicy", probe, seed=0, device="cpu")
+    probe.close()
     venv = make_venv(config, args.n_envs, args.n_stack)
     try:
         venv.action_space.seed(0)
@@ -69,7 +101,7 @@ def measure(config: str, model: Any, args: argparse.Namespace) -> dict[str, floa
             if k == args.warmup:
                 policy = env = 0.0
                 forwards.clear()
-                start, cpu0 = time.perf_counter(), time.process_time()
+                start, cpu0, machine0 = time.perf_counter(), time.process_time(), cpu_snapshot([])
             a = time.perf_counter()
             if args.actions == "random":
                 actions = randoms[k % 64]
@@ -82,9 +114,11 @@ def measure(config: str, model: Any, args: argparse.Namespace) -> dict[str, floa
             forwards.append(b - a)
         wall = time.perf_counter() - start
         cpu = time.process_time() - cpu0
+        machine = cpu_snapshot([])
     finally:
         venv.close()
     n = args.batches
+    total = machine.machine_total_s - machine0.machine_total_s
     return {
         "steps_per_s": n * args.n_envs / wall,
         "policy_ms": policy / n * 1e3,
@@ -92,31 +126,31 @@ def measure(config: str, model: Any, args: argparse.Namespace) -> dict[str, floa
         "policy_p90_ms": float(np.percentile(forwards, 90)) * 1e3,
         "env_ms": env / n * 1e3,
         "main_cpu_ms": cpu / n * 1e3,
+        "steal": (machine.machine_steal_s - machine0.machine_steal_s) / total if total > 0 else 0.0,
+        "torch_threads": torch.get_num_threads(),
     }
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    import ale_py
-    import gymnasium as gym
-    import torch
-    from stable_baselines3 import PPO
-    from stable_baselines3.common.env_util import make_atari_env
-    from stable_baselines3.common.vec_env import VecFrameStack
-
-    gym.register_envs(ale_py)
-    probe = VecFrameStack(make_atari_env("PongNoFrameskip-v4", n_envs=1, seed=0), args.n_stack)
-    model = PPO("CnnPolicy", probe, seed=0, device="cpu")
-    probe.close()
     rounds: dict[str, list[dict[str, float]]] = {c: [] for c in args.configs}
+    argv = [
+        f"--{k}={getattr(args, k.replace('-', '_'))}"
+        for k in ("n-envs", "n-stack", "batches", "warmup", "actions")
+    ]
     for r in range(args.rounds):
         # Each round in a different order, so a slow phase of the machine does not hit one config.
         order = args.configs[r % len(args.configs) :] + args.configs[: r % len(args.configs)]
         for config in order:
-            rounds[config].append(measure(config, model, args))
-            print(f"round {r + 1} {config}: {rounds[config][-1]['steps_per_s']:,.0f} env steps/s", flush=True)
+            rounds[config].append(run_fresh(__file__, ["--one", config, *argv]))
+            figures = rounds[config][-1]
+            print(
+                f"round {r + 1} {config}: {figures['steps_per_s']:,.0f} env steps/s, "
+                f"steal {figures['steal']:.1%}",
+                flush=True,
+            )
     return {
-        "spec": {k: v for k, v in vars(args).items() if k not in ("json", "from_json", "markdown")},
-        "torch_threads": torch.get_num_threads(),
+        "spec": {k: v for k, v in vars(args).items() if k not in ("json", "from_json", "markdown", "one")},
+        "torch_threads": rounds[args.configs[0]][0]["torch_threads"],
         "rounds": rounds,
     }
 
@@ -128,21 +162,22 @@ def markdown(result: dict[str, Any]) -> str:
     rounds = result["rounds"]
     med = {c: summarize([x["steps_per_s"] for x in rs]) for c, rs in rounds.items()}
     lines = [
-        "| VecEnv | env steps/s | 95% CI | policy ms | policy p90 ms | env ms | main CPU ms | vs dummy | vs subproc |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| VecEnv | env steps/s | 95% CI | policy ms | policy p90 ms | env ms | main CPU ms | steal | vs dummy | vs subproc |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for c, rs in rounds.items():
         s = med[c]
 
-        def ms(key: str, rs: list[dict[str, float]] = rs) -> str:
+        def ms(key: str, rs: list[dict[str, float]] = rs, fmt: str = ".2f") -> str:
             if any(key not in x for x in rs):  # measured before the figure existed
                 return "-"
-            return f"{float(np.median([x[key] for x in rs])):.2f}"
+            return f"{float(np.median([x[key] for x in rs])):{fmt}}"
 
         vs = [f"{s.median / med[ref].median:.2f}x" if ref in med else "-" for ref in ("dummy", "subproc")]
         lines.append(
             f"| {c} | {s.median:,.0f} | {s.ci_low:,.0f}-{s.ci_high:,.0f} | {ms('policy_ms')} | "
-            f"{ms('policy_p90_ms')} | {ms('env_ms')} | {ms('main_cpu_ms')} | {vs[0]} | {vs[1]} |"
+            f"{ms('policy_p90_ms')} | {ms('env_ms')} | {ms('main_cpu_ms')} | {ms('steal', fmt='.1%')} | "
+            f"{vs[0]} | {vs[1]} |"
         )
     spec = result["spec"]
     lines.append(
@@ -166,7 +201,11 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=None, help="write the raw figures here")
     parser.add_argument("--from-json", type=Path, default=None, help="measure nothing; report this JSON")
     parser.add_argument("--markdown", action="store_true", help="print the README table only")
+    parser.add_argument("--one", choices=CONFIGS, help=argparse.SUPPRESS)  # one run, in the child
     args = parser.parse_args()
+    if args.one:
+        print(json.dumps(measure(args.one, args)))
+        return
     args.configs = [c for c in args.configs.split(",") if c]
     unknown = set(args.configs) - set(CONFIGS)
     if unknown:

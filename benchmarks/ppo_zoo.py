@@ -22,39 +22,21 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from policy_loop import make_venv, run_fresh  # the same recipe; benchmarks/ is the script's path
+
 CONFIGS = ("dummy", "subproc", "shm", "shm-stack", "shm-pin")
 ZOO = {"n_steps": 128, "batch_size": 256, "n_epochs": 4, "clip_range": 0.1, "ent_coef": 0.01, "vf_coef": 0.5}
-
-
-def make_venv(config: str, n_envs: int, seed: int) -> Any:
-    from stable_baselines3.common.env_util import make_atari_env
-    from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecFrameStack
-
-    from shmvec import ShmVecEnv
-
-    cls: Any = {"dummy": DummyVecEnv, "subproc": SubprocVecEnv}.get(config, ShmVecEnv)
-    kwargs: dict[str, Any] = {} if config == "dummy" else {"start_method": "fork"}
-    if config in ("shm-stack", "shm-pin"):
-        kwargs["frame_stack"] = 4
-    if config == "shm-pin":
-        kwargs["worker_cpus"] = "auto"
-    venv = make_atari_env(
-        "PongNoFrameskip-v4", n_envs=n_envs, seed=seed, vec_env_cls=cls, vec_env_kwargs=kwargs
-    )
-    return venv if "frame_stack" in kwargs else VecFrameStack(venv, 4)
 
 
 def run_one(config: str, args: argparse.Namespace) -> dict[str, Any]:
     import torch
     from stable_baselines3 import PPO
 
-    venv = make_venv(config, args.n_envs, args.seed)
+    venv = make_venv(config, args.n_envs, 4, args.seed)
     try:
         model = PPO("CnnPolicy", venv, learning_rate=2.5e-4, seed=args.seed, device="cpu", **ZOO)
         phases = {"rollout": 0.0, "train": 0.0}
@@ -86,18 +68,6 @@ def run_one(config: str, args: argparse.Namespace) -> dict[str, Any]:
         "params_sha256": digest.hexdigest(),
         "torch_threads": torch.get_num_threads(),
     }
-
-
-def run_fresh(config: str, args: argparse.Namespace) -> dict[str, Any]:
-    """:func:`run_one` in a new interpreter. In one process the training phase slowed with each
-    run (DummyVecEnv's updates: 82.4 s run first, 87.6 s run second), which made the later
-    configurations look slower."""
-    command = [sys.executable, __file__, "--one", config, "--steps", str(args.steps)]
-    command += ["--n-envs", str(args.n_envs), "--seed", str(args.seed)]
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"{config} failed:\n{done.stderr[-4000:]}")
-    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
 def markdown(result: dict[str, Any]) -> str:
@@ -161,7 +131,14 @@ def main() -> None:
         rounds: dict[str, list[dict[str, Any]]] = {c: [] for c in configs}
         for r in range(args.rounds):
             for config in configs[r % len(configs) :] + configs[: r % len(configs)]:
-                rounds[config].append(run_fresh(config, args))
+                argv = [
+                    "--one",
+                    config,
+                    f"--steps={args.steps}",
+                    f"--n-envs={args.n_envs}",
+                    f"--seed={args.seed}",
+                ]
+                rounds[config].append(run_fresh(__file__, argv))
                 print(f"round {r + 1} {config}: {rounds[config][-1]}", flush=True)
         spec = {k: v for k, v in vars(args).items() if k not in ("json", "from_json")}
         result = {"spec": spec, "torch_threads": rounds[configs[0]][0]["torch_threads"], "rounds": rounds}

@@ -194,6 +194,9 @@ def test_a_main_process_that_spins_while_waiting_is_named():
 def _load_benchmark_script(name: str):
     import importlib.util
 
+    # As when run as a script: benchmarks/ is on the path (ppo_zoo imports policy_loop's recipe).
+    if str(ROOT / "benchmarks") not in sys.path:
+        sys.path.append(str(ROOT / "benchmarks"))
     spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
