@@ -17,7 +17,9 @@ Configurations (``--configs``, comma-separated):
 - ``shm-pin``: ``shm-stack`` with ``worker_cpus="auto"``: each worker pinned to one CPU;
 - ``shm-spin``: ``shm`` with ``pause_openmp=False``: what the policy's spinning OpenMP threads cost;
 - ``shm-sleep``: ``shm-stack`` with ``worker_spin_us=0``: workers sleep as soon as they have replied
-  (what the default's polling, see ``shmvec.waiting``, does here).
+  (what the default's polling, see ``shmvec.waiting``, does here);
+- ``shm-late``: ``shm`` with the paused OpenMP pool left for the policy's next forward pass to
+  start, as before shmvec started it at the end of each step (what that is worth here).
 
 ``--actions random`` replaces ``predict`` with presampled random actions. The README's "With the
 policy in the loop" table is rendered from the JSON by ``--from-json ... --markdown``.
@@ -40,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-CONFIGS = ("dummy", "subproc", "shm", "shm-stack", "shm-pin", "shm-spin", "shm-sleep")
+CONFIGS = ("dummy", "subproc", "shm", "shm-stack", "shm-pin", "shm-spin", "shm-sleep", "shm-late")
 
 
 def make_venv(config: str, n_envs: int, n_stack: int, seed: int = 0) -> Any:
@@ -87,6 +89,10 @@ def measure(config: str, args: argparse.Namespace) -> dict[str, float]:
     from shmvec.bench.system import cpu_snapshot
 
     gym.register_envs(ale_py)
+    if config == "shm-late":  # this interpreter is the run's own (--one): the patch ends with it
+        from shmvec.openmp import OpenMPPauser
+
+        OpenMPPauser.start = lambda self: None  # type: ignore[method-assign]
     probe = VecFrameStack(make_atari_env("PongNoFrameskip-v4", n_envs=1, seed=0), args.n_stack)
     model = PPO("CnnPolicy", probe, seed=0, device="cpu")
     probe.close()

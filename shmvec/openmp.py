@@ -32,11 +32,20 @@ step (8 envs, 2 workers, PPO ``CnnPolicy`` in the loop) a batch step took 26.3 m
 pausing only when needed (``benchmarks/policy_pause.py``). Whether the workers need the cores is
 measured, not guessed: the time they ran or waited for a core over each env phase (the step sent to
 the last reply), read from their process CPU clocks and ``/proc/<pid>/schedstat``.
+
+A paused pool is started again as soon as the step's last reply is in (an empty parallel region),
+before the cores the workers just left go idle, instead of by the policy's next forward pass after
+whatever the caller does in between. SB3's recipe with ``VecFrameStack(ShmVecEnv)`` stacks frames in
+the main process for ~0.6 ms there: PPO ``CnnPolicy`` in the loop ran 1.23x faster (median of 6
+interleaved rounds, 0.80-1.54x), the forward passes' 90th percentile falling from 17.8 to 5.6 ms;
+with ``frame_stack=4``, 1.09x (0.94-1.27x).
 """
 
 from __future__ import annotations
 
 import ctypes
+import functools
+import os
 import re
 import sys
 import time
@@ -68,6 +77,8 @@ class OpenMPPauser:
 
     def __init__(self) -> None:
         self._pauses: list[Callable[[int], int]] = []
+        self._starts: list[Callable[[], None]] = []
+        self._ended = False  # the last pause ended threads
         self._seen: set[str] = set()
         self._n_modules = -1
 
@@ -79,12 +90,19 @@ class OpenMPPauser:
             self._seen.add(path)
             try:
                 # dlopen of an already loaded library returns it; nothing new is loaded.
-                fn = ctypes.CDLL(path).omp_pause_resource_all
+                lib = ctypes.CDLL(path)
+                fn, parallel, noop = lib.omp_pause_resource_all, lib.GOMP_parallel, lib.omp_get_thread_num
             except (OSError, AttributeError):  # a libgomp older than GCC 9
                 continue
             fn.argtypes = [ctypes.c_int]
             fn.restype = ctypes.c_int
             self._pauses.append(fn)
+            # GOMP_parallel(fn, data, num_threads, flags) is what "#pragma omp parallel" compiles to;
+            # num_threads 0 is the calling thread's default, the team size the policy's regions use.
+            parallel.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint, ctypes.c_uint]
+            parallel.restype = None
+            body = ctypes.cast(noop, ctypes.c_void_p)  # a C function that does nothing harmful
+            self._starts.append(functools.partial(parallel, body, None, 0, 0))
 
     def runtimes(self) -> int:
         """How many libgomp runtimes :meth:`pause` would ask (looked up again as in :meth:`pause`)."""
@@ -95,10 +113,30 @@ class OpenMPPauser:
     def pause(self) -> int:
         """Pause every libgomp pool of the calling thread; return how many runtimes were asked."""
         n = self.runtimes()
+        before = _thread_count()
         for fn in self._pauses:
             # -1 inside a parallel region (nothing happens); 0 otherwise.
             fn(_OMP_PAUSE_SOFT)
+        self._ended = _thread_count() < before
         return n
+
+    def start(self) -> None:
+        """Start again the pools the last :meth:`pause` ended, with an empty parallel region in each
+        runtime: what the policy's next region would do, done now. Nothing if that pause ended no
+        thread (no pool: say a policy on a GPU, or one too small for parallel regions), so that no
+        pool is made that nobody uses."""
+        if self._ended:
+            self._ended = False
+            for start in self._starts:
+                start()
+
+
+def _thread_count() -> int:
+    """Threads of this process (~10 µs), 0 where ``/proc`` is missing."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return 0
 
 
 def live_pids(processes: Sequence[Any]) -> list[int]:
@@ -151,7 +189,8 @@ class PolicyThreads:
     that on one core a worker that mostly waits (a few percent of a core) does not count as needing
     it. Until a phase has been
     measured, and where there are no local worker processes to measure (Ray) or no
-    ``/proc/<pid>/schedstat``, every step pauses. One phase in :attr:`SAMPLE_EVERY` is measured, from
+    ``/proc/<pid>/schedstat``, every step pauses. A step that paused starts the threads again in
+    :meth:`after_step`. One phase in :attr:`SAMPLE_EVERY` is measured, from
     the second: the reads cost ~13 µs per worker at each end, and the average needs no more.
 
     In pool mode a send after which the next batch can be filled without the envs it sends
@@ -191,6 +230,7 @@ class PolicyThreads:
         self._clock = clock
         self._steps = 0
         self._phase: _Reading | None = None  # where the env phase being measured began
+        self._paused = False  # the step in flight paused the threads
 
     @property
     def pausing(self) -> bool:
@@ -209,23 +249,25 @@ class PolicyThreads:
         if self._steps % self.SAMPLE_EVERY == 1 % self.SAMPLE_EVERY and self._steps:
             self._phase = self._read(live_pids(self._processes))
         self._steps += 1
-        if overlapped or not self.pausing:
-            return False
-        self.pauser.pause()
-        return True
+        self._paused = not overlapped and self.pausing
+        if self._paused:
+            self.pauser.pause()
+        return self._paused
 
     def after_step(self) -> None:
         """Call once the step's last reply (pool mode: the batch) is in: adds this env phase to the
-        average."""
-        if self._phase is None:
-            return
-        pids, then, run0, queued0 = self._phase
-        self._phase = None
-        now = self._read(pids)
-        if now is None or now[1] <= then:
-            return
-        sample = (now[2] - run0 + now[3] - queued0) / (now[1] - then)
-        self.busy = sample if self.busy is None else self.busy + self.WEIGHT * (sample - self.busy)
+        average, and starts the paused threads again while the cores the workers just left are warm
+        (see the class docstring)."""
+        if self._phase is not None:
+            pids, then, run0, queued0 = self._phase
+            self._phase = None
+            now = self._read(pids)
+            if now is not None and now[1] > then:
+                sample = (now[2] - run0 + now[3] - queued0) / (now[1] - then)
+                self.busy = sample if self.busy is None else self.busy + self.WEIGHT * (sample - self.busy)
+        if self._paused:
+            self._paused = False
+            self.pauser.start()
 
     def _read(self, pids: list[int]) -> _Reading | None:
         times = self._times(pids) if pids else None

@@ -46,13 +46,24 @@ from shmvec.openmp import OpenMPPauser, loaded_libgomp
 before = n_threads()
 first = work()
 with_pool = n_threads()
-runtimes = OpenMPPauser().pause()
+pauser = OpenMPPauser()
+runtimes = pauser.pause()
 paused = n_threads()
 again = work()
+restarted = n_threads()
+pauser.pause()
+pauser.start()
+started = n_threads()
+pauser.pause()
+pauser.pause()  # ends nothing: no pool
+pauser.start()
 print(json.dumps(dict(libs=loaded_libgomp(), before=before, with_pool=with_pool, runtimes=runtimes,
-                      paused=paused, restarted=n_threads(), same=first == again)))
+                      paused=paused, restarted=restarted, started=started, not_started=n_threads(),
+                      same=first == again)))
 """,
     )
+    assert out["started"] == out["with_pool"], "start() makes the pool the pause ended"
+    assert out["not_started"] == out["before"], "start() after a pause that ended nothing makes none"
     assert any("libgomp" in lib for lib in out["libs"]), out
     assert out["runtimes"] >= 1
     assert out["with_pool"] > out["before"], "the convolution did not start an OpenMP pool"
@@ -107,10 +118,11 @@ def test_no_libgomp_listed_without_proc(tmp_path):
 
 
 class _Pauses:
-    """Stands in for the libgomp runtimes: counts pauses instead of ending threads."""
+    """Stands in for the libgomp runtimes: counts pauses and starts instead of ending and starting
+    threads."""
 
     def __init__(self, runtimes: int = 1) -> None:
-        self.n_runtimes, self.count = runtimes, 0
+        self.n_runtimes, self.count, self.starts = runtimes, 0, 0
 
     def runtimes(self) -> int:
         return self.n_runtimes
@@ -118,6 +130,10 @@ class _Pauses:
     def pause(self) -> int:
         self.count += 1
         return self.n_runtimes
+
+    def start(self) -> None:
+        assert self.starts < self.count, "started without a pause"
+        self.starts += 1
 
 
 class _Phases:
@@ -183,6 +199,7 @@ def test_pauses_while_the_workers_keep_the_cores_busy_and_not_while_they_wait():
     busy_again = [phases.phase(threads, 2.0) for _ in range(8)]
     assert busy_again[-1] and not busy_again[0], busy_again
     assert threads.pauser.count == sum([True] * 6 + waits + busy_again)
+    assert threads.pauser.starts == threads.pauser.count, "every paused step starts the pool after it"
     assert phases.reads == [[11, 12]] * (2 * 19), "each phase after the first reads at both ends"
 
 
@@ -297,18 +314,20 @@ if __name__ == "__main__":
     os.sched_setaffinity(0, {{min(os.sched_getaffinity(0))}})
     venv = ShmVecEnv([make] * 2, n_workers=1, start_method="fork")
     venv.reset()
-    kept = []
+    kept, back = [], []
     for _ in range(12):
         work()
         with_pool = n_threads()
         venv.step_async(np.zeros((2,) + venv.action_space.shape, dtype=venv.action_space.dtype))
         kept.append(n_threads() == with_pool)
         venv.step_wait()
+        back.append(n_threads() == with_pool)  # started again, before the next forward pass
     venv.close()
-    print(json.dumps(dict(kept=kept)))
+    print(json.dumps(dict(kept=kept, back=back)))
 """,
     )
     kept = out["kept"]
+    assert all(out["back"]), out["back"]
     assert not kept[0], "the first step pauses: nothing is measured yet"
     if waits:
         assert all(kept[4:]), kept
@@ -344,18 +363,20 @@ if __name__ == "__main__":
     env = ShmVectorEnv([make] * 4, n_workers=2, batch_size={batch}, start_method="fork")
     env.async_reset(seed=0)
     env.recv()
-    kept = []
+    kept, back = [], []
     for _ in range(16):
         work()
         with_pool = n_threads()
         env.send(np.zeros({batch}, dtype=env.single_action_space.dtype))
         kept.append(n_threads() == with_pool)
         env.recv()
+        back.append(n_threads() == with_pool)
     env.close()
-    print(json.dumps(dict(kept=kept)))
+    print(json.dumps(dict(kept=kept, back=back)))
 """,
     )
     kept = out["kept"]
+    assert all(out["back"]), out["back"]  # paused or not, the pool is there for the policy
     if expect == "paused":
         assert not any(kept), kept
     elif batch == 2:
