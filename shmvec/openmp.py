@@ -111,7 +111,8 @@ class OpenMPPauser:
         return len(self._pauses)
 
     def pause(self) -> int:
-        """Pause every libgomp pool of the calling thread; return how many runtimes were asked."""
+        """Pause every libgomp pool of the calling thread; return how many runtimes were asked.
+        Notes whether that ended any thread, for :meth:`start`."""
         n = self.runtimes()
         before = _thread_count()
         for fn in self._pauses:
@@ -187,11 +188,10 @@ class PolicyThreads:
     the newest phase. Waiting to run counts, or workers slowed down by the spinning threads would
     look as if they needed less and the pause, once stopped, would not resume. Not a whole core, so
     that on one core a worker that mostly waits (a few percent of a core) does not count as needing
-    it. Until a phase has been
-    measured, and where there are no local worker processes to measure (Ray) or no
-    ``/proc/<pid>/schedstat``, every step pauses. A step that paused starts the threads again in
-    :meth:`after_step`. One phase in :attr:`SAMPLE_EVERY` is measured, from
-    the second: the reads cost ~13 µs per worker at each end, and the average needs no more.
+    it. Until a phase has been measured, and where there are no local worker processes to measure
+    (Ray) or no ``/proc/<pid>/schedstat``, every step pauses. A step that paused starts the threads
+    again in :meth:`after_step`. One phase in :attr:`SAMPLE_EVERY` is measured, from the second: the
+    reads cost ~13 µs per worker at each end, and the average needs no more.
 
     In pool mode a send after which the next batch can be filled without the envs it sends
     (``before_step(overlapped=True)``) does not pause: those envs step while the policy runs, their
@@ -199,9 +199,8 @@ class PolicyThreads:
     Measured with 16 envs in batches of 8 (2 workers, PPO ``CnnPolicy``, three runs): pausing there
     was never faster, and with envs that wait it was 1.43x slower in one run
     (``benchmarks/policy_pause.py --loops pool``; with NatureCNN and Pong in the envs, 1.09-1.53x
-    per round). That
-    is known from the pool's state, not measured: the workers' run time while the policy runs would
-    read low exactly when the policy's threads crowd them out.
+    per round). That is known from the pool's state, not measured: the workers' run time while the
+    policy runs would read low exactly when the policy's threads crowd them out.
 
     :param cpus: cores this process may run on.
     :param processes: the local worker processes (``multiprocessing`` process objects), a list the
@@ -244,9 +243,10 @@ class PolicyThreads:
         self._phase = None
         if not self.pauser.runtimes():  # no OpenMP in this process: nothing to pause or to measure
             return False
-        # Not the first step: its env phase holds one-time costs (the workers' first step after a
-        # reset, the OpenMP pool's first start) and read as low as 0.9 busy cores for CPU-bound envs.
-        if self._steps % self.SAMPLE_EVERY == 1 % self.SAMPLE_EVERY and self._steps:
+        # Steps 1, 1 + SAMPLE_EVERY...: not step 0, whose env phase holds one-time costs (the
+        # workers' first step after a reset, the pool's first start); CPU-bound envs read 0.84 busy
+        # cores there against 1.5-1.8 later.
+        if self._steps > 0 and (self._steps - 1) % self.SAMPLE_EVERY == 0:
             self._phase = self._read(live_pids(self._processes))
         self._steps += 1
         self._paused = not overlapped and self.pausing
