@@ -253,7 +253,7 @@ def test_workers_that_wait_for_a_core_count_as_needing_it():
     import sys
     import time
 
-    from shmvec.openmp import workers_times
+    from shmvec.openmp import WorkerClocks
 
     cpu = min(os.sched_getaffinity(0))
     spin = f"import os, time; os.sched_setaffinity(0, {{{cpu}}}); print(flush=True)\nwhile True: pass"
@@ -262,16 +262,22 @@ def test_workers_that_wait_for_a_core_count_as_needing_it():
         for child in children:
             child.stdout.readline()  # pinned and spinning
         pids = [c.pid for c in children]
-        (run0, queued0), start = workers_times(pids), time.perf_counter()
+        clocks = WorkerClocks()
+        (run0, queued0), start = clocks(pids), time.perf_counter()
         time.sleep(0.4)
-        (run, queued), wall = workers_times(pids), time.perf_counter() - start
+        (run, queued), wall = clocks(pids), time.perf_counter() - start
     finally:
         for child in children:
             child.kill()
             child.wait()
     assert (run - run0) / wall < 1.2, "the two shared one CPU"
     assert (run - run0 + queued - queued0) / wall > 1.6, "both were runnable all along"
-    assert workers_times(pids) is None, "reaped: no such process"
+    assert clocks(pids) is None, "reaped: the files kept open read as no such process"
+    fds = len(os.listdir("/proc/self/fd"))
+    assert clocks([os.getpid()]) is not None
+    assert len(os.listdir("/proc/self/fd")) == fds - 1, "the reaped pids' files closed, one opened"
+    clocks.close()
+    assert len(os.listdir("/proc/self/fd")) == fds - 2
 
 
 def test_nothing_to_measure_always_pauses_and_no_runtime_reads_nothing():
@@ -383,3 +389,37 @@ if __name__ == "__main__":
         assert all(kept[1:]), kept
     else:
         assert not kept[0] and all(kept[6:]), kept
+
+
+def test_thread_count_follows_threads_as_they_start_and_end():
+    import threading
+
+    from shmvec.openmp import _thread_count
+
+    before = _thread_count()
+    assert before == len(os.listdir("/proc/self/task"))
+    release = threading.Event()
+    threads = [threading.Thread(target=release.wait) for _ in range(3)]
+    for t in threads:
+        t.start()
+    assert _thread_count() == before + 3
+    release.set()
+    for t in threads:
+        t.join()
+    assert _thread_count() == before
+
+
+def test_close_releases_the_worker_clock_files_while_the_env_is_still_referenced():
+    import gymnasium as gym
+    import numpy as np
+
+    from shmvec import ShmVecEnv
+
+    venv = ShmVecEnv([lambda: gym.make("CartPole-v1")] * 2, start_method="fork", n_workers=2)
+    venv.reset()
+    for _ in range(6):  # phases 1 and 5 are measured: each worker's schedstat is opened
+        venv.step(np.zeros(2, dtype=np.int64))
+    files = list(venv._engine._openmp._clocks._files.values())
+    assert len(files) == 2, "torch is loaded, so the steps were measured"
+    venv.close()
+    assert all(f.closed for f in files)

@@ -56,6 +56,7 @@ class Engine:
         # A worker re-importing a main script without the __main__ guard stops here with one line.
         exit_if_reimported_main()
         self.closed = True  # until start-up succeeds, close() has nothing of ours to do
+        self._openmp: PolicyThreads | None = None
         self.waiting = False
         self.owner = owner
         env_fns = list(env_fns)
@@ -159,6 +160,8 @@ class Engine:
         """The one teardown path: stop the workers, free the ring, mark closed. Idempotent."""
         self.closed = True
         self.waiting = False
+        if self._openmp is not None:
+            self._openmp.close()
         if graceful:
             self._finalizer()
         elif self._finalizer.detach() is not None:
