@@ -78,7 +78,8 @@ class OpenMPPauser:
     def __init__(self) -> None:
         self._pauses: list[Callable[[int], int]] = []
         self._starts: list[Callable[[], None]] = []
-        self._ended = False  # the last pause ended threads
+        self._ended: list[Callable[[], None]] = []  # the starts of the runtimes start() may start
+        self._before = 0  # threads before the last pause
         self._seen: set[str] = set()
         self._n_modules = -1
 
@@ -112,23 +113,38 @@ class OpenMPPauser:
 
     def pause(self) -> int:
         """Pause every libgomp pool of the calling thread; return how many runtimes were asked.
-        Notes whether that ended any thread, for :meth:`start`."""
+        Notes which runtimes :meth:`start` may start again."""
         n = self.runtimes()
-        before = _thread_count()
-        for fn in self._pauses:
+        self._before = count = _thread_count()
+        if n == 1:  # whether it ended threads is judged in start(), once they have surely left
+            self._ended = self._starts[:]
+            self._pauses[0](_OMP_PAUSE_SOFT)
+            return n
+        self._ended = []
+        for fn, start in zip(self._pauses, self._starts):
             # -1 inside a parallel region (nothing happens); 0 otherwise.
             fn(_OMP_PAUSE_SOFT)
-        self._ended = _thread_count() < before
+            after = _thread_count()
+            if after < count:
+                self._ended.append(start)
+            count = after
         return n
 
     def start(self) -> None:
         """Start again the pools the last :meth:`pause` ended, with an empty parallel region in each
-        runtime: what the policy's next region would do, done now. Nothing if that pause ended no
-        thread (no pool: say a policy on a GPU, or one too small for parallel regions), so that no
-        pool is made that nobody uses."""
-        if self._ended:
-            self._ended = False
-            for start in self._starts:
+        of their runtimes: what the policy's next region would do, done now. Nothing if the process
+        has no fewer threads than before that pause (no pool: a policy on a GPU, or one too small
+        for parallel regions), so that no pool is made that nobody uses, whose threads would spin on
+        the workers' cores.
+
+        The pause's threads may still be leaving when it returns (``pthread_join`` returns before
+        the kernel drops the thread), so with one runtime the count is compared here, an env phase
+        later. With several (scikit-learn and others bundle their own libgomp), only the runtimes
+        whose pause showed fewer threads at once are started: the others' empty regions would make
+        pools the policy does not use."""
+        ended, self._ended = self._ended, []
+        if ended and _thread_count() < self._before:
+            for start in ended:
                 start()
 
 

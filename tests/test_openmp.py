@@ -423,3 +423,36 @@ def test_close_releases_the_worker_clock_files_while_the_env_is_still_referenced
     assert len(files) == 2, "torch is loaded, so the steps were measured"
     venv.close()
     assert all(f.closed for f in files)
+
+
+def test_start_makes_no_pool_in_a_runtime_the_policy_does_not_use(tmp_path):
+    """A second libgomp (scikit-learn and others bundle their own): pausing asks both, but only the
+    runtime whose pool the pause ended is started again; an empty region in the other would leave a
+    pool of spinning threads nobody uses."""
+    system = "/usr/lib/x86_64-linux-gnu/libgomp.so.1"
+    if not os.path.exists(system):
+        pytest.skip(f"no system libgomp at {system} to load beside torch's")
+    out = _run(
+        tmp_path,
+        f"""
+import ctypes
+ctypes.CDLL({system!r})  # by path: a second copy beside torch's, as a bundled one would be
+import shmvec.openmp
+from shmvec.openmp import OpenMPPauser, loaded_libgomp
+pauser = OpenMPPauser()
+runtimes = pauser.runtimes()
+before = n_threads()
+work()
+with_pool = n_threads()
+pauser.pause()
+paused = n_threads()
+pauser.start()
+print(json.dumps(dict(runtimes=runtimes, before=before, with_pool=with_pool, paused=paused,
+                      started=n_threads())))
+""",
+    )
+    assert out["runtimes"] == 2, out
+    assert out["with_pool"] > out["before"] and out["paused"] == out["before"], out
+    # torch's pool is started again unless its threads were still leaving when the pause returned
+    # (then the policy's next region starts it); never one in the other runtime.
+    assert out["paused"] <= out["started"] <= out["with_pool"], out
