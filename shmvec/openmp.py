@@ -206,6 +206,7 @@ class WorkerClocks:
         return run, queued
 
     def close(self) -> None:
+        """Close the files kept open (idempotent; a later read opens them again)."""
         for f in self._files.values():
             f.close()
         self._files.clear()
