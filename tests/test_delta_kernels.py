@@ -160,3 +160,72 @@ def test_both_paths_refuse_lost_and_corrupt_frames(monkeypatch, use_fused):
     with pytest.raises(CodecError, match="corrupt"):
         codec.decode(bad, out, dec)
     assert np.array_equal(codec.decode(data[1], out, dec), frames[1])  # the stream is still in step
+
+
+def _encoded_batches(codec, shape, dtype, n_envs, n_steps, seed=3):
+    """Per step: (frames, data, lengths) of ``n_envs`` envs, each with its own encoding stream; every
+    env's frames change a few values per step, env 2's stream restarts (a key frame) at step 3."""
+    rng = np.random.default_rng(seed)
+    frames = rng.integers(0, 200, (n_envs, *shape)).astype(dtype)
+    streams = [codec.new_stream(shape, np.dtype(dtype)) for _ in range(n_envs)]
+    size = codec.max_encoded_size(shape, np.dtype(dtype))
+    out = []
+    for step in range(n_steps):
+        flat = frames.reshape(n_envs, -1)
+        flat[np.arange(n_envs), rng.integers(0, flat.shape[1], n_envs)] += 1
+        if step == 3:
+            codec.restart(streams[2])
+        data, lengths = np.zeros((n_envs, size), np.uint8), np.zeros(n_envs, np.int64)
+        for i in range(n_envs):
+            lengths[i] = codec.encode(frames[i], data[i], streams[i])
+        out.append((frames.copy(), data, lengths))
+    return out
+
+
+@pytest.mark.parametrize(("shape", "dtype"), [((21, 16, 3), np.uint8), ((5, 3), np.float32), ((), np.int64)])
+def test_decode_rows_of_a_batch_equal_the_frames_and_per_frame_decoding(shape, dtype):
+    """DeltaCodec.decode_rows (one numba call per batch with lz4) against Codec.decode_rows's
+    per-frame loop: the same frames, bit for bit, in every row; also for a subset of rows."""
+    from shmvec.codecs import fused
+    from shmvec.codecs.base import Codec
+
+    if not fused.AVAILABLE:
+        pytest.skip("lz4's library cannot be loaded into numba here")
+    codec, n = C.get("delta", key_every=5), 4
+    fast, slow = codec.new_streams(n, shape, np.dtype(dtype)), codec.new_streams(n, shape, np.dtype(dtype))
+    assert all(s.rows is fast[0].rows for s in fast)
+    for step, (frames, data, lengths) in enumerate(_encoded_batches(codec, shape, dtype, n, 12)):
+        rows = range(n) if step % 3 else [0, 1, 2, 3]
+        got, want = np.zeros((n, *shape), dtype), np.zeros((n, *shape), dtype)
+        codec.decode_rows(data, lengths, rows, got, fast)
+        Codec.decode_rows(codec, data, lengths, rows, want, slow)
+        assert got.tobytes() == want.tobytes() == frames.tobytes(), step
+        assert [s.seq for s in fast] == [s.seq for s in slow]
+
+
+def test_decode_rows_names_the_row_that_failed_and_falls_back_for_a_replaced_stream(monkeypatch):
+    from shmvec.codecs import fused
+
+    if not fused.AVAILABLE:
+        pytest.skip("lz4's library cannot be loaded into numba here")
+    codec, n, shape = C.get("delta"), 4, (64,)
+    batches = _encoded_batches(codec, shape, np.uint8, n, 3)
+    streams = codec.new_streams(n, shape, np.dtype(np.uint8))
+    out = np.zeros((n, *shape), np.uint8)
+    frames, data, lengths = batches[0]
+    codec.decode_rows(data, lengths, range(n), out, streams)
+    frames, data, lengths = batches[2]  # step 1 skipped: every row's delta follows a lost frame
+    data[1, 0] = 7  # row 1's header is corrupt as well, but row 0 fails first
+    with pytest.raises(CodecError, match="frame 2 follows frame 0") as caught:
+        codec.decode_rows(data, lengths, range(n), out, streams)
+    assert caught.value.row == 0
+    # An env rebuilt on its own (Reader.restart) gets a stream that is no row of the batch: the
+    # per-frame loop decodes the batch, and row 2's delta is refused there, named by its row.
+    streams[2] = codec.new_stream(shape, np.dtype(np.uint8))
+    batched = []
+    monkeypatch.setattr(fused, "decode_rows", lambda *a: batched.append(a) or (-1, 0, 0))
+    frames, data, lengths = batches[1]
+    with pytest.raises(CodecError, match="lost") as caught:
+        codec.decode_rows(data, lengths, range(n), out, streams)
+    assert caught.value.row == 2 and batched == []
+    assert out[:2].tobytes() == frames[:2].tobytes(), "the rows before it were decoded"

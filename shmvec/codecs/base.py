@@ -13,13 +13,19 @@ writes into an array of the original shape and dtype.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 
 class CodecError(ValueError):
-    """A codec cannot take an array (dtype, shape) or was given bytes it cannot decode."""
+    """A codec cannot take an array (dtype, shape) or was given bytes it cannot decode.
+
+    :attr:`row` is the row :meth:`Codec.decode_rows` failed at (None elsewhere).
+    """
+
+    row: int | None = None
 
 
 class Codec(ABC):
@@ -64,6 +70,30 @@ class Codec(ABC):
     def new_stream(self, shape: tuple[int, ...], dtype: np.dtype) -> Any:
         """State for one sequence of frames (one env, one leaf); None for stateless codecs."""
         return None
+
+    def new_streams(self, n: int, shape: tuple[int, ...], dtype: np.dtype) -> list[Any]:
+        """One stream per env of a batch (default: :meth:`new_stream` each). A codec may lay them
+        out together, for :meth:`decode_rows` to decode a batch in one call."""
+        return [self.new_stream(shape, dtype) for _ in range(n)]
+
+    def decode_rows(
+        self, data: np.ndarray, lengths: np.ndarray, rows: Sequence[int], out: np.ndarray, streams: list[Any]
+    ) -> None:
+        """Decode the frames of ``rows`` of a batch, in order: row ``i``'s are the first
+        ``lengths[i]`` bytes of ``data[i]``, decoded into ``out[i]`` with ``streams[i]`` (default:
+        :meth:`decode` each).
+
+        :param data: 2-D ``uint8``, one row of encoded bytes per env.
+        :param out: the batch's array, ``(n_envs, *shape)``.
+        :raises CodecError: as :meth:`decode`, with :attr:`CodecError.row` set; the rows before it
+            are decoded.
+        """
+        for i in rows:
+            try:
+                self.decode(data[i, : lengths[i]], out[i, ...], streams[i])  # a view, also for 0-d
+            except CodecError as exc:
+                exc.row = i
+                raise
 
     def restart(self, stream: Any) -> None:  # noqa: B027 - optional hook
         """Make the next frame of ``stream`` independent of the previous ones (after an env reset)."""

@@ -18,6 +18,7 @@ it decoded (a frame was lost, e.g. a step that raised midway; ``reset()`` brings
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -126,6 +127,14 @@ def _fused_error(fused: Any, status: int, seq: int, last: int) -> CodecError:
 
 
 @dataclass
+class _Rows:
+    """The references and scratch of a batch of streams, one row per env (``new_streams``)."""
+
+    prev: np.ndarray  # (n, words) uint64
+    runs: np.ndarray  # (n, words + 1) uint64
+
+
+@dataclass
 class DeltaStream:
     """One env's delta state: its reference frame (padded to whole words), a runs buffer, counters."""
 
@@ -135,6 +144,7 @@ class DeltaStream:
     seq: int = -1  # counter of the last frame encoded/decoded; -1 = none yet
     since_key: int = 0
     need_key: bool = True
+    rows: _Rows | None = None  # the batch whose rows prev and runs are (new_streams), if any
 
 
 class DeltaCodec(Codec):
@@ -181,6 +191,47 @@ class DeltaCodec(Codec):
         words = -(-n // 8)
         pad = np.zeros(words, np.uint64) if n % 8 else None
         return DeltaStream(np.zeros(words, np.uint64), np.zeros(words + 1, np.uint64), pad)
+
+    def new_streams(self, n: int, shape: tuple[int, ...], dtype: np.dtype) -> list[DeltaStream]:
+        """``n`` streams whose references and scratch are rows of two arrays, so that
+        :meth:`decode_rows` decodes a batch in one numba call."""
+        size = nbytes(shape, dtype)
+        words = -(-size // 8)
+        rows = _Rows(np.zeros((n, words), np.uint64), np.zeros((n, words + 1), np.uint64))
+        pad = size % 8 != 0
+        return [
+            DeltaStream(rows.prev[i], rows.runs[i], np.zeros(words, np.uint64) if pad else None, rows=rows)
+            for i in range(n)
+        ]
+
+    def decode_rows(
+        self, data: np.ndarray, lengths: np.ndarray, rows: Sequence[int], out: np.ndarray, streams: list[Any]
+    ) -> None:
+        """As :meth:`Codec.decode_rows`. With lz4 and streams from one :meth:`new_streams`, one numba
+        call for the whole batch: the per-frame calls cost ~15 µs each in the main process (8 Pong
+        envs: 0.2 ms per batch step), mostly dispatch and views."""
+        fused = self.backend == "lz4" and _fused()
+        batch = streams[rows[0]].rows if len(rows) else None
+        if (
+            not fused
+            or batch is None
+            or not out.flags.c_contiguous
+            or any(streams[i].rows is not batch for i in rows)
+        ):
+            # A stream replaced on its own (an env rebuilt in restart mode) is no row of the batch.
+            super().decode_rows(data, lengths, rows, out, streams)
+            return
+        seqs = np.fromiter((streams[i].seq for i in rows), np.int64, len(rows))
+        flat = out.reshape(out.shape[0], -1).view(np.uint8)
+        k, status, seq = fused.decode_rows(
+            data, lengths, np.asarray(rows, np.int64), batch.prev, batch.runs, seqs, flat
+        )
+        for i, decoded in zip(rows, seqs.tolist()):
+            streams[i].seq = decoded
+        if k >= 0:
+            exc = _fused_error(fused, status, seq, streams[rows[k]].seq)
+            exc.row = rows[k]
+            raise exc
 
     def restart(self, stream: DeltaStream) -> None:
         """Make the next frame of ``stream`` a key frame (called after the env resets)."""

@@ -113,3 +113,27 @@ def decode_frame(
     if not _apply_runs(runs, size // 8, prev):
         return BAD_RUNS, seq
     return OK, seq
+
+
+@numba.njit(nogil=True, cache=True)
+def decode_rows(
+    data: np.ndarray,
+    lengths: np.ndarray,
+    rows: np.ndarray,
+    prev: np.ndarray,
+    runs: np.ndarray,
+    seqs: np.ndarray,
+    out: np.ndarray,
+) -> tuple[int, int, int]:  # pragma: no cover
+    """:func:`decode_frame` for each row ``i`` of ``rows`` in order (``data[i, :lengths[i]]``, the
+    references ``prev[i]`` and scratch ``runs[i]``, ``seqs[k]`` the counter of row ``rows[k]``'s last
+    frame, updated), then copies the frame into ``out[i]`` (uint8, one row per env). Returns
+    ``(-1, OK, 0)``, or at the first failure ``(k, status, counter)``, the rows before it decoded."""
+    for k in range(rows.size):
+        i = rows[k]
+        status, seq = decode_frame(data[i, : lengths[i]], prev[i], runs[i], seqs[k])
+        if status != OK:
+            return k, status, seq
+        seqs[k] = seq
+        out[i, :] = prev[i].view(np.uint8)[: out.shape[1]]
+    return -1, OK, 0

@@ -41,7 +41,7 @@ class _Decoded:
         self, codec: Codec, leaf: Leaf, ring: Ring, j: int, n_envs: int, n_slots: int, copy: bool
     ) -> None:
         self.codec, self.leaf = codec, leaf
-        self.streams = [codec.new_stream(leaf.shape, leaf.dtype) for _ in range(n_envs)]
+        self.streams = codec.new_streams(n_envs, leaf.shape, leaf.dtype)
         # (encoded bytes, byte counts, checksums, raw samples or None) of step and terminal obs.
         self.areas = [ring.encoded(j, terminal) for terminal in (False, True)]
         # copy=False hands out read-only views of buffers kept per slot, like the raw ring.
@@ -209,21 +209,31 @@ class Reader:
     def decode_envs(
         self, envs: Sequence[int], outs: dict[int, np.ndarray], finals: dict[int, list] | None = None
     ) -> None:
-        """Decode the frames the workers encoded for ``envs`` (in order: each env's codec stream
-        advances) into ``outs`` (leaf -> array of every env's row); for the envs that are keys of
-        ``finals``, append their terminal leaves (every leaf, raw or decoded) to its lists."""
+        """Decode the frames the workers encoded for ``envs`` into ``outs`` (leaf -> array of every
+        env's row); for the envs that are keys of ``finals``, append their terminal leaves (every
+        leaf, raw or decoded) to its lists. An env's terminal frame is decoded before its step frame,
+        the order its worker encoded them (streams are per env: the order across envs is free)."""
         finals = {} if finals is None else finals
         for i in envs:
             final = finals.get(i)
+            if final is None:
+                continue
             for j in range(self.n_leaves):
                 part = self.decoded.get(j)
                 if part is None:
-                    if final is not None:
-                        final.append(self.final_views[j][i].copy())
-                    continue
-                if final is not None:
+                    final.append(self.final_views[j][i].copy())
+                else:
                     final.append(self._decode_one(part, 1, i, np.empty(part.leaf.shape, part.leaf.dtype)))
-                self._decode_one(part, 0, i, outs[j][i, ...])  # a view, also for 0-d leaves
+        for j, part in self.decoded.items():
+            enc, length, crc, _ = part.areas[0]
+            try:
+                part.codec.decode_rows(enc, length, envs, outs[j], part.streams)
+            except CodecError as exc:
+                i = envs[0] if exc.row is None else exc.row
+                raise self._mismatch(f"could not be decoded ({exc})", i, part, 0) from exc
+            for i in envs:
+                if crc[i] >= 0:  # a sampled frame
+                    self._check(part, 0, i, outs[j][i, ...])
 
     def restart(self, envs: Sequence[int]) -> None:
         """Envs rebuilt from scratch: their next encoded frame is a key frame, whatever came before."""
@@ -232,27 +242,30 @@ class Reader:
                 part.streams[i] = part.codec.new_stream(part.leaf.shape, part.leaf.dtype)
 
     def _decode_one(self, part: _Decoded, which: int, i: int, out: np.ndarray) -> np.ndarray:
-        enc, length, crc, sample = part.areas[which]
+        enc, length, crc, _ = part.areas[which]
         try:
             part.codec.decode(enc[i, : length[i]], out, part.streams[i])
         except CodecError as exc:
             raise self._mismatch(f"could not be decoded ({exc})", i, part, which) from exc
-        expected = int(crc[i])
-        if expected < 0:
-            return out
+        if crc[i] >= 0:  # a sampled frame
+            self._check(part, which, i, out)
+        return out
+
+    def _check(self, part: _Decoded, which: int, i: int, out: np.ndarray) -> None:
+        """Check env ``i``'s decoded frame against the worker's checksum (lossless) or raw sample."""
+        _, _, crc, sample = part.areas[which]
         if sample is None:
             got = zlib.crc32(byte_view(out).data)
-            if got != expected:
+            if got != int(crc[i]):
                 raise self._mismatch(
                     f"decoded by {part.codec!r} differs from what the worker encoded "
-                    f"(crc32 {got:#010x}, worker {expected:#010x})",
+                    f"(crc32 {got:#010x}, worker {int(crc[i]):#010x})",
                     i,
                     part,
                     which,
                 )
-            return out
+            return
         self._check_lossy(i, part, which, sample[i], out)
-        return out
 
     def _where(self, i: int, part: _Decoded, which: int) -> str:
         what = "terminal observation" if which else "observation"
