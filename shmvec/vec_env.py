@@ -107,10 +107,10 @@ class ShmVecEnv(VecEnv):
         whose step took 0.7 ms: +30%). Envs that use their own ``self.np_random`` need none of this.
     :param pause_openmp: before sending each step, end the idle OpenMP threads of the calling thread
         (PyTorch's intra-op pool on Linux) so that their spin-wait does not take a core the workers
-        need; the policy's next forward pass starts them again. Only while the workers need the
-        cores: the time they ran or waited to run over recent steps is measured, and an env that
-        mostly waits (I/O, sleeps) leaves the threads alone, since starting them again after idle
-        cores costs the next forward pass several ms. Pool mode (``ShmVectorEnv(batch_size=...)``)
+        need; they are started again as soon as the step's replies are in. Only while the workers
+        need the cores: the time they ran or waited to run over recent steps is measured, and an env
+        that mostly waits (I/O, sleeps) leaves the threads alone, since starting them again after
+        idle cores costs several ms. Pool mode (``ShmVectorEnv(batch_size=...)``)
         never pauses before steps that run while the policy does. Default True; see
         :mod:`shmvec.openmp` for the measurements.
     :param frame_stack: stack this many consecutive observations of each env in its worker, giving
