@@ -154,9 +154,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 f"steal {figures['steal']:.1%}",
                 flush=True,
             )
+    from shmvec.engine.groups import usable_cpus
+
     return {
         "spec": {k: v for k, v in vars(args).items() if k not in ("json", "from_json", "markdown", "one")},
         "torch_threads": rounds[args.configs[0]][0]["torch_threads"],
+        "cpus": usable_cpus(),
         "rounds": rounds,
     }
 
@@ -190,6 +193,15 @@ def markdown(result: dict[str, Any]) -> str:
         f"\n{spec['rounds']} interleaved rounds of {spec['batches']} batch steps, n_envs={spec['n_envs']}, "
         f"actions: {spec['actions']}, torch threads {result['torch_threads']}."
     )
+    if "dummy" in rounds and result.get("cpus", 1) > 1:
+        from shmvec.bench.train import best_case
+
+        policy, env = (float(np.median([x[k] for x in rounds["dummy"]])) for k in ("policy_ms", "env_ms"))
+        lines.append(
+            f"An ideal multi-process VecEnv on {result['cpus']} CPUs (DummyVecEnv's forward passes, its env "
+            f"work spread over the CPUs at no cost) would reach "
+            f"{1 / best_case(policy + env, env, result['cpus']):.2f}x DummyVecEnv."
+        )
     return "\n".join(lines)
 
 

@@ -7,7 +7,8 @@ SB3's Atari recipe (``make_atari_env("PongNoFrameskip-v4", n_envs=8)``, 4 stacke
 ent_coef 0.01, vf_coef 0.5, learning rate 2.5e-4; zoo's linear schedules are constant here) on CPU,
 for each VecEnv below, interleaved over ``--rounds`` rounds with the same seed. Per run: seconds in
 ``collect_rollouts`` (the VecEnv's share: policy forward passes and env steps), seconds in ``train``,
-the whole ``learn`` call, and a hash of the learned parameters; ``dummy`` and the ``shm`` ones
+the whole ``learn`` call, the seconds in the VecEnv's ``step`` (all env work, with IPC), and a hash
+of the learned parameters; ``dummy`` and the ``shm`` ones
 must learn identical parameters (SubprocVecEnv's float64 rewards may change the last bits).
 
 Configurations: ``dummy`` (``VecFrameStack(DummyVecEnv)``), ``subproc`` (``VecFrameStack(SubprocVecEnv)``),
@@ -27,6 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from policy_loop import make_venv, run_fresh  # the same recipe; benchmarks/ is the script's path
+
+from shmvec.bench.train import StepTimer, best_case
+from shmvec.engine.groups import usable_cpus
 
 CONFIGS = ("dummy", "subproc", "shm", "shm-stack", "shm-pin")
 ZOO = {"n_steps": 128, "batch_size": 256, "n_epochs": 4, "clip_range": 0.1, "ent_coef": 0.01, "vf_coef": 0.5}
@@ -52,6 +56,7 @@ def run_one(config: str, args: argparse.Namespace) -> dict[str, Any]:
             return wrapper
 
         model.collect_rollouts = timed("rollout", model.collect_rollouts)  # type: ignore[method-assign]
+        steps = StepTimer(model)
         model.train = timed("train", model.train)  # type: ignore[method-assign]
         start = time.perf_counter()
         model.learn(total_timesteps=args.steps)
@@ -64,6 +69,7 @@ def run_one(config: str, args: argparse.Namespace) -> dict[str, Any]:
     return {
         "rollout_s": phases["rollout"],
         "train_s": phases["train"],
+        "env_s": steps.seconds,
         "learn_s": learn_s,
         "params_sha256": digest.hexdigest(),
         "torch_threads": torch.get_num_threads(),
@@ -74,15 +80,22 @@ def markdown(result: dict[str, Any]) -> str:
     import numpy as np
 
     rounds = result["rounds"]
+    keys = ("rollout_s", "env_s", "train_s", "learn_s")
     med = {
-        c: {k: float(np.median([r[k] for r in rs])) for k in ("rollout_s", "train_s", "learn_s")}
+        c: {
+            k: float(np.median([r[k] for r in rs])) if all(k in r for r in rs) else float("nan") for k in keys
+        }
         for c, rs in rounds.items()
     }
     ref = rounds.get("dummy", [{}])[0].get("params_sha256")
     lines = [
-        "| VecEnv | rollout s | train s | learn s | rollout vs dummy | learn vs dummy | learn vs subproc | params = dummy |",
-        "|---|---|---|---|---|---|---|---|",
+        "| VecEnv | rollout s | in step s | train s | learn s | rollout vs dummy | learn vs dummy | learn vs subproc | params = dummy |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
+
+    def seconds(value: float) -> str:
+        return "-" if value != value else f"{value:.1f}"  # NaN: measured before the figure existed
+
     for c, m in med.items():
 
         def vs(key: str, other: str, m: dict[str, float] = m) -> str:
@@ -90,15 +103,32 @@ def markdown(result: dict[str, Any]) -> str:
 
         same = all(r["params_sha256"] == ref for r in rounds[c]) if ref else None
         lines.append(
-            f"| {c} | {m['rollout_s']:.1f} | {m['train_s']:.1f} | {m['learn_s']:.1f} | {vs('rollout_s', 'dummy')} | "
-            f"{vs('learn_s', 'dummy')} | {vs('learn_s', 'subproc')} | {'-' if same is None else 'yes' if same else 'no'} |"
+            f"| {c} | {m['rollout_s']:.1f} | {seconds(m['env_s'])} | {m['train_s']:.1f} | {m['learn_s']:.1f} | "
+            f"{vs('rollout_s', 'dummy')} | {vs('learn_s', 'dummy')} | {vs('learn_s', 'subproc')} | "
+            f"{'-' if same is None else 'yes' if same else 'no'} |"
         )
     spec = result["spec"]
     lines.append(
         f"\n{spec['steps']:,} env steps, {spec['n_envs']} envs, seed {spec['seed']}, {spec['rounds']} round(s) "
         f"(medians), torch threads {result['torch_threads']}; lower is better."
     )
+    bound = bounds(med.get("dummy", {}), result.get("cpus"))
+    if bound is not None:
+        lines.append(
+            f"An ideal multi-process VecEnv on {result['cpus']} CPUs (DummyVecEnv's run with its time in step "
+            f"spread over the CPUs at no cost; `shmvec.bench.train.best_case`) would take {bound[0]:.2f}x its "
+            f"rollout time and {bound[1]:.2f}x its learn time."
+        )
     return "\n".join(lines)
+
+
+def bounds(dummy: dict[str, float], cpus: int | None) -> tuple[float, float] | None:
+    """:func:`shmvec.bench.train.best_case` of DummyVecEnv's (rollout, learn) medians; None where the
+    JSON predates the figures."""
+    if not cpus or any(k not in dummy or dummy[k] != dummy[k] for k in ("rollout_s", "env_s", "learn_s")):
+        return None
+    rollout, learn = (best_case(dummy[k], dummy["env_s"], cpus) for k in ("rollout_s", "learn_s"))
+    return rollout, learn
 
 
 def main() -> None:
@@ -141,7 +171,12 @@ def main() -> None:
                 rounds[config].append(run_fresh(__file__, argv))
                 print(f"round {r + 1} {config}: {rounds[config][-1]}", flush=True)
         spec = {k: v for k, v in vars(args).items() if k not in ("json", "from_json")}
-        result = {"spec": spec, "torch_threads": rounds[configs[0]][0]["torch_threads"], "rounds": rounds}
+        result = {
+            "spec": spec,
+            "torch_threads": rounds[configs[0]][0]["torch_threads"],
+            "cpus": usable_cpus(),
+            "rounds": rounds,
+        }
         if args.json:
             args.json.write_text(json.dumps(result, indent=1) + "\n")
     print(markdown(result))

@@ -158,7 +158,12 @@ def test_train_dummy_and_shm_learn_identical_parameters():
     assert result.identical_to() == {"shm": [True]}
     assert result.problems() == []
     assert [r.backend for r in result.runs] == ["dummy", "shm"]
+    assert all(0 < r.step_s < r.wall_s for r in result.runs)
     assert "1/1 seeds" in result.table()
+    result.cpus = 2
+    dummy = result.runs[0]
+    expected = (dummy.wall_s - dummy.step_s / 2) / dummy.wall_s
+    assert f"on 2 CPUs would take {expected:.2f}x dummy's wall time" in result.table()
 
 
 @pytest.mark.parametrize("name", ["pong", "synth512_1ms"])
@@ -219,6 +224,30 @@ def test_result_tables_are_rendered_from_the_committed_json(script, name):
     assert (results / f"{name}.md").read_text() == rendered + "\n", (
         f"benchmarks/results/{name}.md is stale: regenerate it with benchmarks/{script}.py --from-json"
     )
+
+
+def test_best_case_spreads_only_the_env_work_over_the_cores():
+    from shmvec.bench.train import best_case
+
+    # 6 s of a 10 s run in step: on 2 cores that work takes 3 s at best, the other 4 s stay.
+    assert best_case(10.0, 6.0, 2) == pytest.approx(0.7)
+    assert best_case(10.0, 6.0, 1) == pytest.approx(1.0)
+    bounds = _load_benchmark_script("ppo_zoo").bounds
+    dummy = {"rollout_s": 10.0, "env_s": 6.0, "train_s": 20.0, "learn_s": 30.0}
+    assert bounds(dummy, 2) == pytest.approx((0.7, 0.9))
+    assert bounds({"rollout_s": 10.0, "env_s": float("nan"), "learn_s": 30.0}, 2) is None  # older JSON
+    assert bounds(dummy, None) is None
+
+
+def test_policy_loop_table_gives_the_ideal_from_dummys_forward_passes_and_env_work():
+    figures = {"steps_per_s": 1000.0, "policy_ms": 2.0, "policy_p90_ms": 2.5, "env_ms": 4.0}
+    figures |= {"main_cpu_ms": 6.0, "steal": 0.0}
+    spec = {"rounds": 1, "batches": 10, "n_envs": 8, "actions": "policy"}
+    result = {"spec": spec, "torch_threads": 2, "rounds": {"dummy": [figures]}}
+    markdown = _load_benchmark_script("policy_loop").markdown
+    assert "ideal" not in markdown(result), "a JSON from before cpus was recorded"
+    # 2 ms of forward pass and 4 ms of env work, spread over 2 CPUs: 6 ms become 4 ms.
+    assert "would reach 1.50x DummyVecEnv" in markdown({**result, "cpus": 2})
 
 
 def test_matrix_verdicts_name_the_fastest_multi_process_backend():

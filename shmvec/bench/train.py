@@ -1,8 +1,11 @@
 """``shmvec bench --train``: train the same algorithm with each backend over a fixed set of seeds, so a
 faster configuration is never judged on steps/s alone.
 
-Per backend and seed: wall-clock time, the mean return of the last (up to 100) finished episodes, and
-a hash of the learned parameters. Backends that must be equivalent (DummyVecEnv and ShmVecEnv, both
+Per backend and seed: wall-clock time, the seconds of it spent in the VecEnv's ``step`` (all env work,
+IPC included), the mean return of the last (up to 100) finished episodes, and a hash of the learned
+parameters. From DummyVecEnv's runs the table also gives the best wall time any multi-process VecEnv
+could reach on this machine (:func:`best_case`), the yardstick for how much of the remaining time a
+faster VecEnv could still take away. Backends that must be equivalent (DummyVecEnv and ShmVecEnv, both
 float32 rewards) must give identical parameters for the same seed; SubprocVecEnv returns float64
 rewards, which may change the last bits of training.
 """
@@ -22,6 +25,7 @@ import gymnasium as gym
 from shmvec.bench.backends import check_backend, make_vec_env
 from shmvec.bench.envs import check_env_name, env_factory
 from shmvec.bench.policy import algo_class, parse_policy
+from shmvec.engine.groups import usable_cpus
 
 # Backends that must train identically to DummyVecEnv for the same seed.
 EQUIVALENT = ("dummy", "shm", "shm-pin")
@@ -36,6 +40,7 @@ class TrainRun:
     backend: str
     seed: int
     wall_s: float
+    step_s: float  # of wall_s, in the VecEnv's step
     mean_return: float | None  # None: no episode finished
     episodes: int
     params_sha256: str
@@ -51,6 +56,7 @@ class TrainResult:
     total_steps: int
     seeds: list[int]
     runs: list[TrainRun] = field(default_factory=list)
+    cpus: int = field(default_factory=usable_cpus)
 
     def by_backend(self) -> dict[str, list[TrainRun]]:
         """The runs grouped by backend, in the order they ran."""
@@ -88,8 +94,8 @@ class TrainResult:
         lines = [
             f"{self.env}, {self.policy}, {self.n_envs} envs, {self.total_steps:,} env steps, "
             f"seeds {self.seeds}",
-            f"{'backend':<10}{'wall s (median, min-max)':>28}{'mean return (median, min-max)':>34}"
-            "  params = dummy",
+            f"{'backend':<10}{'wall s (median, min-max)':>28}{'in step s':>11}"
+            f"{'mean return (median, min-max)':>34}  params = dummy",
         ]
         for b, runs in self.by_backend().items():
             walls = [r.wall_s for r in runs]
@@ -105,9 +111,51 @@ class TrainResult:
                 else (f"{sum(same[b])}/{len(same[b])} seeds" if b in same else "-")
             )
             wall = f"{statistics.median(walls):.1f} ({min(walls):.1f}-{max(walls):.1f})"
-            lines.append(f"{b:<10}{wall:>28}{ret:>34}  {ident}")
+            step = f"{statistics.median(r.step_s for r in runs):.1f}"
+            lines.append(f"{b:<10}{wall:>28}{step:>11}{ret:>34}  {ident}")
+        dummy = self.by_backend().get("dummy")
+        if dummy and self.cpus > 1:
+            wall, step = (statistics.median(getattr(r, k) for r in dummy) for k in ("wall_s", "step_s"))
+            lines.append(
+                f"an ideal multi-process VecEnv on {self.cpus} CPUs would take "
+                f"{best_case(wall, step, self.cpus):.2f}x dummy's wall time (dummy's time in step spread "
+                "over the CPUs at no cost, the rest unchanged)"
+            )
         lines += [f"PROBLEM: {p}" for p in self.problems()]
         return "\n".join(lines) + "\n"
+
+
+def best_case(total_s: float, step_s: float, cpus: int) -> float:
+    """The least time a multi-process VecEnv could take, as a fraction of DummyVecEnv's ``total_s``
+    seconds of which ``step_s`` were spent in its ``step``: that env work spread over ``cpus`` cores
+    at no cost, and everything else (forward passes, rollout buffer, training) left as it was, since
+    SB3's loop runs it in the main process between the steps. An ideal, not a prediction: it ignores
+    IPC and start-up, and assumes the env work divides evenly."""
+    return (total_s - step_s * (1 - 1 / cpus)) / total_s
+
+
+class StepTimer:
+    """Counts the seconds a model spends in its VecEnv's ``step`` (all env work, IPC included).
+
+    Wraps the ``step`` of the outermost VecEnv the model holds (SB3 may have wrapped the given one,
+    e.g. in ``VecTransposeImage``), where SB3's rollout loops call it.
+
+    :param model: an SB3 algorithm, before ``learn``.
+    """
+
+    def __init__(self, model: Any) -> None:
+        self.seconds = 0.0
+        env = model.get_env()
+        inner = env.step
+
+        def step(actions: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return inner(actions)
+            finally:
+                self.seconds += time.perf_counter() - start
+
+        env.step = step
 
 
 def _algo_kwargs(algo: str, n_envs: int, total_steps: int) -> dict[str, Any]:
@@ -186,13 +234,20 @@ def train(
                 venv.seed(seed)
                 start = time.perf_counter()
                 model = algo_class(algo)(policy_name, venv, seed=seed, device="cpu", **kwargs)
+                steps = StepTimer(model)
                 model.learn(total_steps)
                 wall = time.perf_counter() - start
             finally:
                 venv.close()
             rets = [ep["r"] for ep in model.ep_info_buffer or []]
             run = TrainRun(
-                b, seed, wall, statistics.fmean(rets) if rets else None, len(rets), _params_hash(model)
+                b,
+                seed,
+                wall,
+                steps.seconds,
+                statistics.fmean(rets) if rets else None,
+                len(rets),
+                _params_hash(model),
             )
             result.runs.append(run)
             if progress:
