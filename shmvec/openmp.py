@@ -52,6 +52,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from shmvec.procfs import ProcFiles
+
 _OMP_PAUSE_SOFT = 1
 _LIBGOMP = re.compile(r"/libgomp[^/]*\.so[^/]*$")
 
@@ -181,35 +183,28 @@ class WorkerClocks:
     paused). The run time comes from the process CPU clock, which is up to date when read;
     schedstat's own run time is not (it lags by up to a scheduler tick for a thread that is running).
 
-    Each pid's ``/proc/<pid>/schedstat`` stays open between reads: reading an open one again costs
-    ~3 µs, opening it ~10 (two workers read at both ends of every fourth step). Files of pids no
-    longer asked for are closed at the next read; :meth:`close` closes the rest.
+    Each pid's ``/proc/<pid>/schedstat`` stays open between reads (:class:`~shmvec.procfs.ProcFiles`;
+    two workers are read at both ends of every fourth step); :meth:`close` closes them.
     """
 
     def __init__(self) -> None:
-        self._files: dict[int, Any] = {}
+        self._files = ProcFiles("schedstat")
 
     def __call__(self, pids: Sequence[int]) -> tuple[float, float] | None:
         """Total run and queued seconds of ``pids``; None where one is gone or ``/proc`` is missing."""
-        for pid in [p for p in self._files if p not in pids]:
-            self._files.pop(pid).close()
-        run = queued = 0.0
+        texts = self._files.read(pids)
+        if texts is None:
+            return None
         try:
-            for pid in pids:
-                f = self._files.get(pid)
-                if f is None:  # kept open across reads on purpose: closed when the pid goes or by close()
-                    f = self._files[pid] = open(f"/proc/{pid}/schedstat", "rb", buffering=0)  # noqa: SIM115
-                queued += int(os.pread(f.fileno(), 64, 0).split()[1]) / 1e9
-                run += time.clock_gettime(process_cpu_clock(pid))
+            queued = sum(int(text.split()[1]) for text in texts) / 1e9
+            run = sum(time.clock_gettime(process_cpu_clock(pid)) for pid in pids)
         except (OSError, ValueError, IndexError):
             return None
         return run, queued
 
     def close(self) -> None:
         """Close the files kept open (idempotent; a later read opens them again)."""
-        for f in self._files.values():
-            f.close()
-        self._files.clear()
+        self._files.close()
 
 
 _Reading = tuple[list[int], float, float, float]  # pids, wall clock, their run and queued seconds

@@ -9,6 +9,7 @@ from contextlib import suppress
 from multiprocessing.connection import Connection
 from typing import Any
 
+from shmvec.procfs import ProcFiles
 from shmvec.protocol import Command
 from shmvec.ring import Ring
 
@@ -29,6 +30,8 @@ class Resources:
         self.reader: Any = None  # an engine.reader.Reader once built (its decode threads)
         # Per worker: an fd of the file its faulthandler writes to (unlinked once the worker runs).
         self.fault_logs: list[tuple[int, str]] = []
+        # The workers' /proc/<pid>/stat, kept open: the CPU each last ran on orders a step's sends.
+        self.stat_files = ProcFiles("stat")
 
     def close_fault_log(self, w: int) -> None:
         fd, path = self.fault_logs[w]
@@ -71,6 +74,7 @@ class Resources:
                 process.close()
             except ValueError:  # still running after kill: leave it to the OS
                 pass
+        self.stat_files.close()
         for w in range(len(self.fault_logs)):
             self.close_fault_log(w)
         self.fault_logs = []
