@@ -29,7 +29,7 @@ from typing import Any
 
 from policy_loop import make_venv, run_fresh  # the same recipe; benchmarks/ is the script's path
 
-from shmvec.bench.train import StepTimer, best_case
+from shmvec.bench.train import Stopwatch, best_case
 from shmvec.engine.groups import usable_cpus
 
 CONFIGS = ("dummy", "subproc", "shm", "shm-stack", "shm-pin")
@@ -43,21 +43,8 @@ def run_one(config: str, args: argparse.Namespace) -> dict[str, Any]:
     venv = make_venv(config, args.n_envs, 4, args.seed)
     try:
         model = PPO("CnnPolicy", venv, learning_rate=2.5e-4, seed=args.seed, device="cpu", **ZOO)
-        phases = {"rollout": 0.0, "train": 0.0}
-
-        def timed(name: str, fn: Any) -> Any:
-            def wrapper(*a: Any, **k: Any) -> Any:
-                start = time.perf_counter()
-                try:
-                    return fn(*a, **k)
-                finally:
-                    phases[name] += time.perf_counter() - start
-
-            return wrapper
-
-        model.collect_rollouts = timed("rollout", model.collect_rollouts)  # type: ignore[method-assign]
-        steps = StepTimer(model)
-        model.train = timed("train", model.train)  # type: ignore[method-assign]
+        rollout, train = Stopwatch(model, "collect_rollouts"), Stopwatch(model, "train")
+        steps = Stopwatch(model.get_env(), "step")
         start = time.perf_counter()
         model.learn(total_timesteps=args.steps)
         learn_s = time.perf_counter() - start
@@ -67,8 +54,8 @@ def run_one(config: str, args: argparse.Namespace) -> dict[str, Any]:
     finally:
         venv.close()
     return {
-        "rollout_s": phases["rollout"],
-        "train_s": phases["train"],
+        "rollout_s": rollout.seconds,
+        "train_s": train.seconds,
         "env_s": steps.seconds,
         "learn_s": learn_s,
         "params_sha256": digest.hexdigest(),

@@ -32,21 +32,18 @@ class ProcFiles:
         ``/proc`` is missing."""
         for pid in [p for p in self._files if p not in pids]:
             self._files.pop(pid).close()
-        out: list[bytes] | None = []
+        texts, failed = [], False
         for pid in pids:
             f = self._files.get(pid)
             try:
                 if f is None:  # kept open across reads on purpose: closed when the pid goes or by close()
                     f = self._files[pid] = open(f"/proc/{pid}/{self.name}", "rb", buffering=0)  # noqa: SIM115
-                text = os.pread(f.fileno(), 4096, 0)
+                texts.append(os.pread(f.fileno(), 4096, 0))
             except OSError:  # every pid is tried, so that each failing file is closed now
                 if pid in self._files:
                     self._files.pop(pid).close()
-                out = None
-            else:
-                if out is not None:
-                    out.append(text)
-        return out
+                failed = True
+        return None if failed else texts
 
     def close(self) -> None:
         """Close the files kept open (idempotent; a later read opens them again)."""

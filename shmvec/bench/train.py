@@ -134,28 +134,29 @@ def best_case(total_s: float, step_s: float, cpus: int) -> float:
     return (total_s - step_s * (1 - 1 / cpus)) / total_s
 
 
-class StepTimer:
-    """Counts the seconds a model spends in its VecEnv's ``step`` (all env work, IPC included).
+class Stopwatch:
+    """Counts the seconds spent in calls of one method of one object, by wrapping it on the object.
 
-    Wraps the ``step`` of the outermost VecEnv the model holds (SB3 may have wrapped the given one,
-    e.g. in ``VecTransposeImage``), where SB3's rollout loops call it.
+    ``Stopwatch(model.get_env(), "step")`` times all env work of an SB3 model, IPC included: the
+    ``step`` of the outermost VecEnv it holds (SB3 may have wrapped the given one, e.g. in
+    ``VecTransposeImage``), where its rollout loops call it.
 
-    :param model: an SB3 algorithm, before ``learn``.
+    :param owner: the object, e.g. an SB3 algorithm before ``learn``.
+    :param name: the method's name.
     """
 
-    def __init__(self, model: Any) -> None:
+    def __init__(self, owner: Any, name: str) -> None:
         self.seconds = 0.0
-        env = model.get_env()
-        inner = env.step
+        inner = getattr(owner, name)
 
-        def step(actions: Any) -> Any:
+        def timed(*args: Any, **kwargs: Any) -> Any:
             start = time.perf_counter()
             try:
-                return inner(actions)
+                return inner(*args, **kwargs)
             finally:
                 self.seconds += time.perf_counter() - start
 
-        env.step = step
+        setattr(owner, name, timed)
 
 
 def _algo_kwargs(algo: str, n_envs: int, total_steps: int) -> dict[str, Any]:
@@ -234,7 +235,7 @@ def train(
                 venv.seed(seed)
                 start = time.perf_counter()
                 model = algo_class(algo)(policy_name, venv, seed=seed, device="cpu", **kwargs)
-                steps = StepTimer(model)
+                steps = Stopwatch(model.get_env(), "step")
                 model.learn(total_steps)
                 wall = time.perf_counter() - start
             finally:

@@ -219,9 +219,9 @@ class WorkerPool:
         if self._sends % _CPUS_EVERY == 1:
             try:
                 pids = [p.pid for p in self.res.processes]
+                texts = None if None in pids else self.res.stat_files.read(pids)
             except ValueError:  # a closed process object: a worker being replaced
-                pids = [None]
-            texts = None if None in pids else self.res.stat_files.read(pids)
+                texts = None
             self._cpus = None if texts is None else [last_cpu(text) for text in texts]
         return self._cpus
 
