@@ -136,7 +136,7 @@ def test_actors_spread_over_nodes(leaks):
     options = {"scheduling_strategy": "SPREAD", "num_cpus": 1}
     venv = ShmVecEnv([DICT32] * 4, n_workers=2, backend="ray", ray_options=options)
     try:
-        nodes = venv._eng.pool.nodes
+        nodes = venv._eng.transport.nodes
         assert len(set(nodes)) == 2, f"both actors on one node: {nodes}"
         assert {n["NodeID"] for n in ray.nodes()} == set(nodes)
     finally:
