@@ -123,6 +123,7 @@ class Engine:
     close = give_up
 
     def check_open(self) -> None:
+        """:raises ClosedError: once the engine is closed."""
         if self.closed:
             raise ClosedError(f"this {self.owner} is closed (close() was called, or a worker crashed)")
 

@@ -224,6 +224,7 @@ class Options:
         ]
 
     def budget(self) -> RestartBudget:
+        """Restart mode's budget: ``max_restarts`` within ``restart_window``."""
         return RestartBudget(self.max_restarts, self.restart_window)
 
     def leaf_codecs(self, obs_leaves: list[Leaf]) -> tuple[Codec | None, ...] | None:

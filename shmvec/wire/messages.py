@@ -101,6 +101,7 @@ class EnvCall(Command):
 
     @property
     def label(self) -> str:
+        """``"<command>:<attribute>"``, e.g. ``"get_attr:render_mode"``."""
         return f"{self.name}:{self.attr}"
 
 
@@ -138,6 +139,7 @@ class EnvMethod(EnvCall):
 
     @property
     def label(self) -> str:
+        """``"env_method:<name>"``, or ``"call:<name>"`` for Gymnasium's ``call``."""
         return f"{'call' if self.value_if_attribute else self.name}:{self.attr}"
 
 
@@ -191,6 +193,8 @@ class RemoteError:
 
     @classmethod
     def capture(cls, exc: BaseException, env_index: int | None, command: str, pid: int) -> RemoteError:
+        """``exc``, raised by env ``env_index`` (None: the worker's own code) during ``command`` in
+        process ``pid``, with its traceback and, if it pickles, the exception itself."""
         try:
             pickled: bytes | None = pickle.dumps(exc)
         except Exception:
