@@ -31,7 +31,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from shmvec.bench.backends import GymVectorAdapter
+from shmvec.bench.adapters import GymVectorAdapter
 from shmvec.bench.envs import _make_registered
 
 # ALE v5 ids (ALE/Pong-v5) and the classic v4 ones (PongNoFrameskip-v4, Pong-v4).

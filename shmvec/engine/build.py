@@ -55,7 +55,7 @@ def make_transport(
     """The transport of ``options.backend``: local processes, or Ray actors (imports Ray)."""
     args = (worker_envs, env_fns, options.worker_threads, options.timeout, options.isolate_rng)
     if options.backend == "ray":
-        from shmvec.transports.ray.pool import RayTransport  # imports Ray: only for this backend
+        from shmvec.transports.ray.transport import RayTransport  # imports Ray: only for this backend
 
         return RayTransport(*args, ray_options=options.ray_options)
     from shmvec.transports.local import LocalTransport
