@@ -170,17 +170,6 @@ class MainBell:
         """Per worker of ``workers``: whether it finished its latest command."""
         return self.acked[workers] == self.seq[workers]
 
-    def drain(self) -> None:
-        """Reset the ``eventfd`` after a wake-up (its count says nothing the ack words do not)."""
-        try:
-            os.eventfd_read(self.wake_fd)
-        except BlockingIOError:
-            pass
-
-    def resume(self, w: int) -> None:
-        """A new worker ``w`` (restart mode) starts from the command words as they are."""
-        self.acked[w] = self.seq[w]
-
 
 class WorkerBell:
     """A worker's side: sleep until the next command, say when it is finished.

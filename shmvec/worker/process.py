@@ -12,6 +12,8 @@ import os
 import random
 import signal
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -137,3 +139,18 @@ def enable_faulthandler(path: str | None) -> None:
             faulthandler.enable()
     except Exception:
         pass
+
+
+@contextmanager
+def environ(values: dict[str, str]) -> Iterator[None]:
+    """Set environment variables for the duration of a worker start (spawn children read them)."""
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
