@@ -32,10 +32,11 @@ def _fits(num_envs: int, batch_size: int, n_workers: int) -> bool:
 def pool_workers(num_envs: int, batch_size: int, n_workers: int | str | None, cpus: int) -> int | str | None:
     """The worker count of a pool: groups of equal size that fill a batch whole.
 
-    ``n_workers=None``: the smallest count >= ``min(num_envs, cpus)`` (as many workers as CPUs, so
-    the envs left stepping while the caller holds a batch can use every CPU) that divides
-    ``num_envs`` into groups whose size divides ``batch_size``. With ``batch_size == num_envs`` any
-    worker count fills a batch: ``n_workers`` is returned as given.
+    ``n_workers=None`` (or ``"auto"``, checked here only): the smallest count >= ``min(num_envs,
+    cpus)`` (as many workers as CPUs, so the envs left stepping while the caller holds a batch can
+    use every CPU) that divides ``num_envs`` into groups whose size divides ``batch_size``; pool mode
+    resolves ``None`` with a probe first (:func:`shmvec.engine.autoworkers.resolve_auto`). With
+    ``batch_size == num_envs`` any worker count fills a batch: ``n_workers`` is returned as given.
 
     :raises ValueError: for a ``batch_size`` out of range, or an ``n_workers`` whose groups cannot
         fill a batch whole (the message lists the counts that can).
@@ -47,7 +48,7 @@ def pool_workers(num_envs: int, batch_size: int, n_workers: int | str | None, cp
     if batch_size == num_envs:
         return n_workers  # one batch is every group, whatever their sizes
     valid = [n for n in range(1, num_envs + 1) if _fits(num_envs, batch_size, n)]
-    if n_workers is None:
+    if n_workers is None or n_workers == "auto":
         return next(n for n in valid if n >= min(num_envs, cpus))
     if n_workers not in valid:
         raise ValueError(
