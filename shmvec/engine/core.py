@@ -283,9 +283,9 @@ class Engine:
         restarted = {
             w: (self.slots.slot[w], reply.reason)
             for w, (_, reply) in zip(workers, arrived)
-            if isinstance(reply, m.Restarted)
+            if type(reply) is m.Restarted
         }
-        ended = Ended()
+        ended = _NOTHING_ENDED
         if restarted:
             whole = self.reading.whole(workers, arrived)
             ended, error = self.recovery.end_episodes(restarted, self.same_step and whole)
@@ -301,6 +301,8 @@ class Engine:
         flights = self.flights
         for w, reply in outcome.results.items():
             flights.ready[w] = (flights.busy.pop(w), reply)
+        if not outcome.errors and not outcome.faults:
+            return
         failed = list(outcome.errors) + [f.worker for f in outcome.faults]
         sent = {w: flights.busy.pop(w, m.Step(self.slots.slot[w])) for w in failed}
         phase = Phase.RESET if any(isinstance(c, m.Reset) for c in sent.values()) else Phase.STEP
@@ -401,5 +403,7 @@ class Engine:
         """Worker restarts so far (restart mode)."""
         return self.supervisor.total
 
+
+_NOTHING_ENDED = Ended()  # read only: no restart ended an episode in the batch
 
 __all__ = ["Engine", "Options"]

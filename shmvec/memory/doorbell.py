@@ -166,6 +166,22 @@ class MainBell:
         )
         _FUTEX(self._bell_addr, _FUTEX_WAKE_BITSET, 0x7FFFFFFF, None, None, bits)  # type: ignore[misc]
 
+    def step_all(self, slot: int) -> None:
+        """:meth:`post` of a counted step into ``slot`` to every worker: the synchronous step, with
+        whole-array writes only."""
+        self.ctl[LEFT] = len(self.seq)
+        self.op[:] = OP_STEP
+        self.slot[:] = slot
+        self.flags[:] = COUNTED
+        self.seq += 1
+        self._bell = (self._bell + 1) & _MASK
+        self.ctl[BELL] = self._bell
+        _FUTEX(self._bell_addr, _FUTEX_WAKE_BITSET, 0x7FFFFFFF, None, None, self._all_bits)  # type: ignore[misc]
+
+    def all_done(self) -> bool:
+        """Whether every worker finished its latest command."""
+        return bool((self.acked == self.seq).all())
+
     def done(self, workers: np.ndarray) -> np.ndarray:
         """Per worker of ``workers``: whether it finished its latest command."""
         return self.acked[workers] == self.seq[workers]

@@ -87,7 +87,8 @@ class LocalTransport:
         self.res = Resources(Connection(os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)))
         self.res.attached = [False] * n
         self._fds: dict[int, tuple[int, int]] = {}  # epoll'd fd -> (kind, worker)
-        self.res.epoll.register(self.res.wake.fileno(), select.EPOLLIN)
+        # Edge-triggered: each worker's write is an event; the count never needs reading back.
+        self.res.epoll.register(self.res.wake.fileno(), select.EPOLLIN | select.EPOLLET)
         self._fds[self.res.wake.fileno()] = (_WAKE, -1)
         # Per worker: a command in flight, answered through the doorbell (else: a pipe message),
         # counted, its deadline and its name (for errors).
@@ -100,6 +101,8 @@ class LocalTransport:
         self.replies: dict[int, Reply] = {}  # pipe replies read for workers in flight
         self.idle_faults: dict[int, Fault] = {}  # workers found dead while idle
         self._lost_count = False
+        self._whole = False  # a counted step of every worker is in flight (the fast path)
+        self._all_attached = False  # every worker has mapped the ring (and the bell exists)
 
     @property
     def n_workers(self) -> int:
@@ -150,7 +153,7 @@ class LocalTransport:
             res.processes.append(process)
             res.remotes.append(remote)
         res.attached[w] = False
-        self._attached[w] = False
+        self._attached[w] = self._all_attached = False
         self.idle_faults.pop(w, None)
         for kind, fd in ((_PIPE, remote.fileno()), (_SENTINEL, process.sentinel)):
             res.epoll.register(fd, select.EPOLLIN)
@@ -206,6 +209,15 @@ class LocalTransport:
 
     def post(self, workers: Sequence[int], commands: Command | Sequence[Command]) -> list[Fault]:
         """Send one command to each of ``workers`` (see :class:`~shmvec.transports.base.Transport`)."""
+        if self._whole_ready(workers, commands):
+            # The synchronous step: every worker, one counted batch, actions and slot in the ring.
+            self.res.bell.step_all(commands.slot)  # type: ignore[union-attr]
+            self._flying[:], self._via_bell[:], self._counted[:] = True, True, True
+            self._deadlines[:] = math.inf if self.timeout is None else time.monotonic() + self.timeout
+            self._labels = [commands.label] * self.n_workers  # type: ignore[union-attr]
+            self._whole = True
+            return []
+        self._whole = False
         ws = np.asarray(workers, dtype=np.intp)
         msgs = [commands] * len(ws) if isinstance(commands, Command) else list(commands)
         faults = [self.idle_faults.pop(w) for w in ws.tolist() if w in self.idle_faults]
@@ -251,6 +263,18 @@ class LocalTransport:
             self._labels[w] = label
         return faults
 
+    def _whole_ready(self, workers: Sequence[int], commands: Command | Sequence[Command]) -> bool:
+        """Whether this post is a step of every worker, all idle and attached, actions in the ring."""
+        return (
+            isinstance(commands, Step)
+            and commands.actions is None
+            and isinstance(workers, range)
+            and len(workers) == self.n_workers
+            and not self.idle_faults
+            and self._all_attached
+            and not self._flying.any()
+        )
+
     def _write(self, w: int, msg: Command) -> Fault | None:
         """Write one message to worker ``w``'s pipe; the fault if the worker is dead or does not take
         it within ``timeout``."""
@@ -269,6 +293,8 @@ class LocalTransport:
         """Wait until ``need`` of ``workers`` answered, died or hung (see
         :class:`~shmvec.transports.base.Transport`)."""
         outcome = Outcome()
+        if self._whole and need == self.n_workers and limit is None and self._wait_whole(outcome):
+            return outcome
         ws = np.asarray(workers, dtype=np.intp)
         for w in ws[~self._flying[ws]].tolist():
             if w in self.idle_faults:
@@ -285,9 +311,7 @@ class LocalTransport:
                 wait_s = _LOST_COUNT_POLL_S if wait_s < 0 else min(wait_s, _LOST_COUNT_POLL_S)
             for fd, _ in self.res.epoll.poll(wait_s):
                 kind, w = self._fds.get(fd, (None, -1))
-                if kind == _WAKE:
-                    _drain(fd)
-                elif kind == _PIPE:
+                if kind == _PIPE:
                     self._read_reply(w, outcome)
                 elif kind == _SENTINEL:
                     self._ended(w, outcome)
@@ -304,6 +328,25 @@ class LocalTransport:
             self._lost_count = False
         outcome.faults.sort(key=lambda f: f.worker)
         return outcome
+
+    def _wait_whole(self, outcome: Outcome) -> bool:
+        """The synchronous step's wait: sleep until the last worker's eventfd write, then take every
+        reply from the ring. False (nothing taken) at anything else: a pipe or process event, the
+        deadline; the general loop then handles it."""
+        bell = self.res.bell
+        assert bell is not None
+        until = float(self._deadlines[0])
+        while not bell.all_done():
+            wait_s = -1.0 if until == math.inf else max(0.0, until - time.monotonic())
+            events = self.res.epoll.poll(wait_s)
+            if not events or any(self._fds[fd][0] != _WAKE for fd, _ in events if fd in self._fds):
+                return False
+        if bell.has_reply.any():
+            return False
+        self._flying[:] = False
+        self._whole = False
+        outcome.results.update(dict.fromkeys(range(self.n_workers)))
+        return True
 
     def _collect(self, pending: np.ndarray, outcome: Outcome) -> np.ndarray:
         """Move the finished workers of ``pending`` into ``outcome``; the ones still busy."""
@@ -340,6 +383,7 @@ class LocalTransport:
             if self._labels[w] == Attach.name and isinstance(reply, Returned):
                 self._attached[w] = True
                 self.res.attached[w] = True
+                self._all_attached = bool(self._attached.all()) and self.res.bell is not None
         return pending[~done]
 
     def _receive(self, w: int) -> None:
@@ -407,12 +451,6 @@ class LocalTransport:
             return os.pread(self.res.fault_logs[w][0], 1 << 16, 0).decode(errors="replace")
         except (OSError, IndexError):
             return ""
-
-
-def _drain(fd: int) -> None:
-    """Reset the doorbell's ``eventfd`` after a wake-up (its count says nothing the ack words do not)."""
-    with suppress(BlockingIOError):
-        os.eventfd_read(fd)
 
 
 def _readable(fd: int) -> bool:
