@@ -39,9 +39,6 @@ from shmvec.worker.process import environ, thread_env
 # A message up to this size (bytes) is written in one go: the worker reads every message it is
 # woken for, so the pipe has room. A larger one is written within ``timeout``.
 _SMALL_MESSAGE = 4096
-# While a counted batch lost a worker, nobody may be left to wake the main process (the dead one
-# may have finished without counting down): it looks at the doorbell this often instead (s).
-_LOST_COUNT_POLL_S = 0.01
 _WAKE, _PIPE, _SENTINEL = 0, 1, 2
 
 
@@ -90,17 +87,15 @@ class LocalTransport:
         # Edge-triggered: each worker's write is an event; the count never needs reading back.
         self.res.epoll.register(self.res.wake.fileno(), select.EPOLLIN | select.EPOLLET)
         self._fds[self.res.wake.fileno()] = (_WAKE, -1)
-        # Per worker: a command in flight, answered through the doorbell (else: a pipe message),
-        # counted, its deadline and its name (for errors).
+        # Per worker: a command in flight, answered through the doorbell (else: a pipe message), its
+        # deadline and its name (for errors).
         self._flying = np.zeros(n, bool)
         self._via_bell = np.zeros(n, bool)
-        self._counted = np.zeros(n, bool)
         self._deadlines = np.full(n, math.inf)
         self._labels = [""] * n
         self._attached = np.zeros(n, bool)  # the worker has mapped the ring: the doorbell reaches it
         self.replies: dict[int, Reply] = {}  # pipe replies read for workers in flight
         self.idle_faults: dict[int, Fault] = {}  # workers found dead while idle
-        self._lost_count = False
         self._whole = False  # a counted step of every worker is in flight (the fast path)
         self._all_attached = False  # every worker has mapped the ring (and the bell exists)
 
@@ -158,7 +153,7 @@ class LocalTransport:
         for kind, fd in ((_PIPE, remote.fileno()), (_SENTINEL, process.sentinel)):
             res.epoll.register(fd, select.EPOLLIN)
             self._fds[fd] = (kind, w)
-        self._flying[w], self._via_bell[w], self._counted[w] = True, False, False
+        self._flying[w], self._via_bell[w] = True, False
         self._deadlines[w] = math.inf if self.timeout is None else time.monotonic() + self.timeout
         self._labels[w] = MAKE_ENV
 
@@ -186,9 +181,9 @@ class LocalTransport:
         self._start(w)
 
     def _forget(self, w: int) -> None:
-        """Worker ``w`` is gone: stop watching it, and count down for it if a batch waits on it."""
-        if self._flying[w] and self._counted[w]:
-            self._lost_count = True
+        """Worker ``w`` is gone: stop watching it, and clear its pending bit if a batch waits on it."""
+        if self.res.bell is not None:
+            self.res.bell.give_up_on(w)
         self._flying[w] = False
         self.replies.pop(w, None)
         for fd, (kind, owner) in list(self._fds.items()):
@@ -212,7 +207,7 @@ class LocalTransport:
         if self._whole_ready(workers, commands):
             # The synchronous step: every worker, one counted batch, actions and slot in the ring.
             self.res.bell.step_all(commands.slot)  # type: ignore[union-attr]
-            self._flying[:], self._via_bell[:], self._counted[:] = True, True, True
+            self._flying[:], self._via_bell[:] = True, True
             self._deadlines[:] = math.inf if self.timeout is None else time.monotonic() + self.timeout
             self._labels = [commands.label] * self.n_workers  # type: ignore[union-attr]
             self._whole = True
@@ -250,13 +245,11 @@ class LocalTransport:
                 if fault is None:
                     ok.append(w)
                     continue
-                self._lost_count = self._lost_count or counted
                 self.kill(w)
                 faults.append(fault)
             sent = np.array(ok, dtype=np.intp)
         self._flying[sent] = True
         self._via_bell[sent] = self._attached[sent]
-        self._counted[sent] = counted
         self._deadlines[sent] = math.inf if self.timeout is None else time.monotonic() + self.timeout
         label = msgs[0].label
         for w in sent.tolist():
@@ -307,8 +300,6 @@ class LocalTransport:
                 break
             until = min(give_up, float(self._deadlines[pending].min()))
             wait_s = -1.0 if until == math.inf else max(0.0, until - time.monotonic())
-            if self._lost_count:
-                wait_s = _LOST_COUNT_POLL_S if wait_s < 0 else min(wait_s, _LOST_COUNT_POLL_S)
             for fd, _ in self.res.epoll.poll(wait_s):
                 kind, w = self._fds.get(fd, (None, -1))
                 if kind == _PIPE:
@@ -325,8 +316,7 @@ class LocalTransport:
             if now >= give_up:
                 break
         if not self._flying.any():
-            self._lost_count = False
-        outcome.faults.sort(key=lambda f: f.worker)
+            outcome.faults.sort(key=lambda f: f.worker)
         return outcome
 
     def _wait_whole(self, outcome: Outcome) -> bool:
@@ -336,7 +326,7 @@ class LocalTransport:
         bell = self.res.bell
         assert bell is not None
         until = float(self._deadlines[0])
-        while not bell.all_done():
+        while not bell.batch_done():
             wait_s = -1.0 if until == math.inf else max(0.0, until - time.monotonic())
             events = self.res.epoll.poll(wait_s)
             if not events or any(self._fds[fd][0] != _WAKE for fd, _ in events if fd in self._fds):
