@@ -155,6 +155,7 @@ class MainBell:
         self._all_pending = np.zeros(len(self.pending), np.uint32)
         np.bitwise_or.at(self._all_pending, self._word, np.left_shift(np.uint32(1), self._shift))
         self.counted = np.zeros(n, bool)  # workers whose latest command is counted
+        self._stepping_all = False  # op, flags and counted hold a counted step of every worker
         self._bell_addr = self.ctl.ctypes.data + BELL * 4
         self._bell = int(self.ctl[BELL])
         self._wake_bits = np.array([worker_bit(w) for w in range(n)], np.uint64)
@@ -177,6 +178,7 @@ class MainBell:
             )
         if counted:
             self.pending[:] = all_pending
+        self._stepping_all = False
         self.counted[workers] = counted
         self.op[workers] = op
         self.slot[workers] = slots
@@ -192,10 +194,12 @@ class MainBell:
         """:meth:`post` of a counted step into ``slot`` to every worker: the synchronous step, with
         whole-array writes only."""
         self.pending[:] = self._all_pending
-        self.counted[:] = True
-        self.op[:] = OP_STEP
+        if not self._stepping_all:  # the same words as the last synchronous step: left as they are
+            self.counted[:] = True
+            self.op[:] = OP_STEP
+            self.flags[:] = COUNTED
+            self._stepping_all = True
         self.slot[:] = slot
-        self.flags[:] = COUNTED
         self.seq += 1
         self._ring(self._all_wake_bits)
 
@@ -222,6 +226,7 @@ class MainBell:
             addr = self.pending.ctypes.data + int(self._word[w]) * 4
             _FUTEX(addr, _FUTEX_WAKE_OP, 0, None, addr, _clear_bit_op(int(self._shift[w])))  # type: ignore[misc]
             self.counted[w] = False
+            self._stepping_all = False
         return self.batch_done()
 
 

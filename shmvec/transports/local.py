@@ -96,7 +96,11 @@ class LocalTransport:
         self._attached = np.zeros(n, bool)  # the worker has mapped the ring: the doorbell reaches it
         self.replies: dict[int, Reply] = {}  # pipe replies read for workers in flight
         self.idle_faults: dict[int, Fault] = {}  # workers found dead while idle
-        self._whole = False  # a counted step of every worker is in flight (the fast path)
+        self._n_flying = 0  # workers with a command in flight, as counted in _flying
+        # A counted step of every worker in flight (the fast path): its deadline, and its label; the
+        # arrays above say nothing of it until _materialize() writes it into them.
+        self._whole_until: float | None = None
+        self._whole_label = ""
         self._all_attached = False  # every worker has mapped the ring (and the bell exists)
 
     @property
@@ -153,6 +157,8 @@ class LocalTransport:
         for kind, fd in ((_PIPE, remote.fileno()), (_SENTINEL, process.sentinel)):
             res.epoll.register(fd, select.EPOLLIN)
             self._fds[fd] = (kind, w)
+        self._materialize()
+        self._n_flying += not self._flying[w]
         self._flying[w], self._via_bell[w] = True, False
         self._deadlines[w] = math.inf if self.timeout is None else time.monotonic() + self.timeout
         self._labels[w] = MAKE_ENV
@@ -182,8 +188,10 @@ class LocalTransport:
 
     def _forget(self, w: int) -> None:
         """Worker ``w`` is gone: stop watching it, and clear its pending bit if a batch waits on it."""
+        self._materialize()
         if self.res.bell is not None:
             self.res.bell.give_up_on(w)
+        self._n_flying -= bool(self._flying[w])
         self._flying[w] = False
         self.replies.pop(w, None)
         for fd, (kind, owner) in list(self._fds.items()):
@@ -207,12 +215,10 @@ class LocalTransport:
         if self._whole_ready(workers, commands):
             # The synchronous step: every worker, one counted batch, actions and slot in the ring.
             self.res.bell.step_all(commands.slot)  # type: ignore[union-attr]
-            self._flying[:], self._via_bell[:] = True, True
-            self._deadlines[:] = math.inf if self.timeout is None else time.monotonic() + self.timeout
-            self._labels = [commands.label] * self.n_workers  # type: ignore[union-attr]
-            self._whole = True
+            self._whole_until = math.inf if self.timeout is None else time.monotonic() + self.timeout
+            self._whole_label = commands.label  # type: ignore[union-attr]
             return []
-        self._whole = False
+        self._materialize()
         ws = np.asarray(workers, dtype=np.intp)
         msgs = [commands] * len(ws) if isinstance(commands, Command) else list(commands)
         faults = [self.idle_faults.pop(w) for w in ws.tolist() if w in self.idle_faults]
@@ -224,7 +230,7 @@ class LocalTransport:
         bell = self.res.bell
         by_bell = self._attached[ws] if bell is not None else np.zeros(len(ws), bool)
         # Counted (one wake-up when the last finishes) when these are all the commands in flight.
-        counted = bool(by_bell.all()) and not self._flying.any()
+        counted = bool(by_bell.all()) and not self._n_flying
         in_ring = bool(by_bell.all()) and all(isinstance(c, Step) and c.actions is None for c in msgs)
         if bell is not None and by_bell.any():
             every = len(ws) == self.n_workers and counted
@@ -248,6 +254,7 @@ class LocalTransport:
                 self.kill(w)
                 faults.append(fault)
             sent = np.array(ok, dtype=np.intp)
+        self._n_flying += int((~self._flying[sent]).sum())
         self._flying[sent] = True
         self._via_bell[sent] = self._attached[sent]
         self._deadlines[sent] = math.inf if self.timeout is None else time.monotonic() + self.timeout
@@ -265,7 +272,8 @@ class LocalTransport:
             and len(workers) == self.n_workers
             and not self.idle_faults
             and self._all_attached
-            and not self._flying.any()
+            and not self._n_flying
+            and self._whole_until is None
         )
 
     def _write(self, w: int, msg: Command) -> Fault | None:
@@ -286,8 +294,10 @@ class LocalTransport:
         """Wait until ``need`` of ``workers`` answered, died or hung (see
         :class:`~shmvec.transports.base.Transport`)."""
         outcome = Outcome()
-        if self._whole and need == self.n_workers and limit is None and self._wait_whole(outcome):
-            return outcome
+        if self._whole_until is not None:
+            if need == self.n_workers and limit is None and self._wait_whole(outcome):
+                return outcome
+            self._materialize()
         ws = np.asarray(workers, dtype=np.intp)
         for w in ws[~self._flying[ws]].tolist():
             if w in self.idle_faults:
@@ -324,8 +334,8 @@ class LocalTransport:
         reply from the ring. False (nothing taken) at anything else: a pipe or process event, the
         deadline; the general loop then handles it."""
         bell = self.res.bell
-        assert bell is not None
-        until = float(self._deadlines[0])
+        assert bell is not None and self._whole_until is not None
+        until = self._whole_until
         while not bell.batch_done():
             wait_s = -1.0 if until == math.inf else max(0.0, until - time.monotonic())
             events = self.res.epoll.poll(wait_s)
@@ -333,10 +343,20 @@ class LocalTransport:
                 return False
         if bell.has_reply.any():
             return False
-        self._flying[:] = False
-        self._whole = False
+        self._whole_until = None
         outcome.results.update(dict.fromkeys(range(self.n_workers)))
         return True
+
+    def _materialize(self) -> None:
+        """Write a fast-path step of every worker into the per-worker arrays (before anything that
+        reads them: the general wait, a post, a worker's end)."""
+        if self._whole_until is None:
+            return
+        self._flying[:], self._via_bell[:] = True, True
+        self._deadlines[:] = self._whole_until
+        self._labels = [self._whole_label] * self.n_workers
+        self._n_flying = self.n_workers
+        self._whole_until = None
 
     def _collect(self, pending: np.ndarray, outcome: Outcome) -> np.ndarray:
         """Move the finished workers of ``pending`` into ``outcome``; the ones still busy."""
@@ -357,6 +377,7 @@ class LocalTransport:
                     self._receive(w)
         finished = finished[self._flying[finished]]  # not those that died while their reply was read
         self._flying[finished] = False
+        self._n_flying -= len(finished)
         if not self.replies:  # the usual step: every reply is in the ring
             outcome.results.update(dict.fromkeys(finished.tolist()))
             return pending[~done]
