@@ -1,8 +1,8 @@
 """Where the Ray backend's workers run: one placement-group bundle per worker, spread over the nodes.
 
 Actors that ask Ray for no placement are packed: on a local 2-node cluster, 2 workers landed on one
-node in 8 of 10 runs (1-CPU nodes) and 4 of 10 (4-CPU nodes); see the docs guide "Workers on a Ray
-cluster". So unless the user's ``ray_options`` place the actors (:data:`USER_PLACEMENT`), the
+node in 6-8 of 10 runs (1-CPU nodes) and 4-6 of 10 (4-CPU nodes); see the docs guide "Workers on a
+Ray cluster". So unless the user's ``ray_options`` place the actors (:data:`USER_PLACEMENT`), the
 workers get a placement group made at start-up: one bundle per worker holding what its actor asks
 for (1 CPU unless ``num_cpus``, ``num_gpus``, ``memory`` or ``resources`` say otherwise). Strategy
 ``STRICT_SPREAD`` when at least as many nodes can hold a bundle as there are workers: each worker
