@@ -125,14 +125,24 @@ def main() -> None:
             row = {"load": load, "config": config, "env_steps_per_s": statistics.median(rates[load][config])}
             if ref in rates[load]:
                 ratios = [a / b for a, b in zip(rates[load][config], rates[load][ref])]
-                row |= {"vs": ref, "ratio": statistics.median(ratios), "ratio_range": [min(ratios), max(ratios)]}
+                row |= {
+                    "vs": ref,
+                    "ratio": statistics.median(ratios),
+                    "ratio_range": [min(ratios), max(ratios)],
+                }
             rows.append(row)
     print("\n| load | config | env steps/s | vs reference (per round) |\n|---|---|---|---|")
     for row in rows:
-        ratio = f"{row['ratio']:.2f}x {row['vs']} ({row['ratio_range'][0]:.2f}-{row['ratio_range'][1]:.2f})" if "ratio" in row else ""
+        ratio = (
+            f"{row['ratio']:.2f}x {row['vs']} ({row['ratio_range'][0]:.2f}-{row['ratio_range'][1]:.2f})"
+            if "ratio" in row
+            else ""
+        )
         print(f"| {row['load']} | {row['config']} | {row['env_steps_per_s']:,.0f} | {ratio} |")
     if args.json:
-        args.json.write_text(json.dumps({"n_envs": args.n_envs, "rounds": args.rounds, "rows": rows}, indent=1) + "\n")
+        args.json.write_text(
+            json.dumps({"n_envs": args.n_envs, "rounds": args.rounds, "rows": rows}, indent=1) + "\n"
+        )
 
 
 if __name__ == "__main__":
