@@ -155,14 +155,13 @@ class ShmVecEnv(VecEnv):
         batch = engine.recv()
         terminated, truncated = batch.terminated, batch.truncated
         dones = terminated | truncated
-        infos: list[dict[str, Any]] = [{} for _ in range(self.num_envs)]
-        for i, info in batch.infos.items():
+        time_limit = (truncated & ~terminated).tolist()
+        infos: list[dict[str, Any]] = [{"TimeLimit.truncated": t} for t in time_limit]
+        for i, info in batch.infos.items():  # the env's own keys first, as DummyVecEnv has them
+            info["TimeLimit.truncated"] = time_limit[i]
             infos[i] = info
         for i, reset_info in batch.reset_infos.items():
             self.reset_infos[i] = reset_info
-        time_limit = (truncated & ~terminated).tolist()
-        for i, info in enumerate(infos):
-            info["TimeLimit.truncated"] = time_limit[i]
         for i, final in batch.finals.items():
             infos[i]["terminal_observation"] = self._obs(final)
         return self._obs(batch.obs), batch.rewards.astype(self.reward_dtype), dones, infos

@@ -276,16 +276,21 @@ class Engine:
             if limit is not None and not (outcome.finished or outcome.faults):
                 raise multiprocessing.TimeoutError(f"the next batch did not arrive within {limit:g} s")
             self.land(outcome)
-        arrived = [flights.ready.pop(w) for w in workers]
+        arrived = list(map(flights.ready.pop, workers))
         if self._openmp is not None:
             # What the workers needed meanwhile decides later pauses (see shmvec.openmp).
             self._openmp.after_step()
-        restarted = {
-            w: (self.slots.slot[w], reply.reason)
-            for w, (_, reply) in zip(workers, arrived)
-            if type(reply) is m.Restarted
-        }
         ended = _NOTHING_ENDED
+        # Only once restart mode has rebuilt a worker can a batch hold a Restarted reply.
+        restarted = (
+            {
+                w: (self.slots.slot[w], r.reason)
+                for w, (_, r) in zip(workers, arrived)
+                if type(r) is m.Restarted
+            }
+            if self.supervisor.total
+            else {}
+        )
         if restarted:
             whole = self.reading.whole(workers, arrived)
             ended, error = self.recovery.end_episodes(restarted, self.same_step and whole)
@@ -299,8 +304,8 @@ class Engine:
     def land(self, outcome: Outcome) -> None:
         """Record what a wait brought in, and carry out the verdict on what went wrong."""
         flights = self.flights
-        for w, reply in outcome.results.items():
-            flights.ready[w] = (flights.busy.pop(w), reply)
+        results = outcome.results
+        flights.ready.update(zip(results, zip(map(flights.busy.pop, results), results.values())))
         if not outcome.errors and not outcome.faults:
             return
         failed = list(outcome.errors) + [f.worker for f in outcome.faults]

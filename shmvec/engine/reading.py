@@ -56,8 +56,7 @@ class BatchReader:
 
     def whole(self, workers: list[int], arrived: list[Arrived]) -> bool:
         """Whether the batch of ``workers`` is every worker, all written into one slot."""
-        slot = self.slots.slot
-        return len(workers) == len(self.worker_envs) and all(slot[w] == slot[workers[0]] for w in workers)
+        return len(workers) == len(self.worker_envs) and self.slots.uniform
 
     def read(self, workers: list[int], arrived: list[Arrived], ended: Ended) -> Batch:
         """The batch of ``workers`` (ascending) whose commands and replies are ``arrived``."""
@@ -69,12 +68,16 @@ class BatchReader:
         slot = self.slots.slot[workers[0]]
         infos: dict[int, dict[str, Any]] = {}
         reset_infos: dict[int, dict[str, Any]] = {}
-        replied: list[range] = []
+        replied: list[range] = self.worker_envs
         for w, (_, reply) in zip(workers, arrived):
-            g = self.worker_envs[w]
-            if isinstance(reply, m.Stepped | None):
-                replied.append(g)
-            _collect(reply, g.start, infos, reset_infos)
+            if reply is not None:  # most workers' replies were the ring alone
+                _collect(reply, self.worker_envs[w].start, infos, reset_infos)
+                if not isinstance(reply, m.Stepped):
+                    replied = [
+                        self.worker_envs[w]
+                        for w, (_, r) in zip(workers, arrived)
+                        if isinstance(r, m.Stepped | None)
+                    ]
         typed = None
         if self.arrays:
             typed, self.learned = self.typed.rows([(slot, range(self.n_envs))], infos)

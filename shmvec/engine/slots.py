@@ -30,6 +30,7 @@ class Slots:
         self.previous = 0
         self.slot = [0] * n_workers  # the slot each worker writes (or wrote) its current step into
         self.prev = [0] * n_workers  # the slot of its step before: what the caller saw last
+        self.uniform = True  # every worker is in the same slot
         # Arrays lent to the caller from each slot (copy=True).
         self.lent: list[list[np.ndarray]] = [[] for _ in range(n_slots)]
         self.copy_fallbacks = 0  # batches copied because no slot could be lent (diagnostic)
@@ -53,6 +54,7 @@ class Slots:
                 self.previous, self.current = self.current, slot
                 self.prev = list(self.slot)
                 self.slot = [slot] * len(self.slot)
+                self.uniform = True
                 return slot
         # can_lend never lends the last free slot, so this cannot happen.
         raise AssertionError("no free ring slot")
@@ -63,7 +65,8 @@ class Slots:
         self.prev[w] = self.slot[w]
         after = [(self.slot[w] + k) % self.n_slots for k in range(1, self.n_slots)] or [self.slot[w]]
         self.slot[w] = next((s for s in after if self.free(s)), after[0])
-        if all(s == self.slot[w] for s in self.slot):
+        self.uniform = self.slot.count(self.slot[w]) == len(self.slot)
+        if self.uniform:
             # Every worker has moved to one slot: a whole batch again (as after advance_all).
             self.previous, self.current = self.current, self.slot[w]
         return self.slot[w]
