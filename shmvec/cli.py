@@ -151,6 +151,7 @@ def _codecs(args: argparse.Namespace) -> int:
     from shmvec import codecs as codec_registry
     from shmvec import fidelity
     from shmvec.bench.envs import check_env_name, env_factory
+    from shmvec.errors import install_hint
 
     _checked(check_env_name, args.env)
     frames = fidelity.collect_frames(env_factory(args.env), args.steps, args.seed)
@@ -164,7 +165,7 @@ def _codecs(args: argparse.Namespace) -> int:
     missing = codec_registry.missing()
     if missing and not args.codec:
         print(
-            f'not installed here: {", ".join(missing)}. pip install "shmvec[codecs]" adds them '
+            f"not installed here: {', '.join(missing)}. {install_hint('codecs')} adds them "
             f"({', '.join(codec_registry.EXTRA_PACKAGES)})."
         )
     reports = fidelity.compare(chosen, frames, model)

@@ -11,6 +11,12 @@ from collections.abc import Sequence
 from typing import Any
 
 
+def install_hint(extra: str) -> str:
+    """How to install one of shmvec's extras, from PyPI and from a clone of the repository:
+    ``pip install "shmvec[ray]" (in a clone: pip install -e ".[ray]")``."""
+    return f'pip install "shmvec[{extra}]" (in a clone: pip install -e ".[{extra}]")'
+
+
 def short_traceback(text: str) -> str:
     """A worker's formatted traceback without the frames of shmvec's own worker loop.
 
@@ -196,6 +202,11 @@ class CodecMismatchError(ShmVecEnvError):
 
 class FidelityError(ShmVecEnvError):
     """A lossy codec changed a sampled observation more than the user's ``Tolerance`` allows."""
+
+
+class FrameSkipWarning(UserWarning):
+    """An env skips frames under a wrapper that skips frames too (e.g. ``make_atari_env("ALE/Pong-v5")``:
+    16 frames per action instead of SB3's 4); see :mod:`shmvec.atari`."""
 
 
 class FidelityWarning(UserWarning):

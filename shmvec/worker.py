@@ -28,7 +28,14 @@ from shmvec.envapi import check_reset, check_step, has_wrapper_attr, is_wrapped,
 from shmvec.errors import ObservationError
 from shmvec.infos import InfoColumns
 from shmvec.layout import Leaf, check_finite, flatten, inf_allowed, leaves, write_leaf
-from shmvec.process import GlobalRngs, enable_faulthandler, exit_with_parent, limit_threads, pin_to_cpu
+from shmvec.process import (
+    GlobalRngs,
+    enable_faulthandler,
+    exit_with_parent,
+    limit_threads,
+    pin_to_cpu,
+    quiet_ale_banner,
+)
 from shmvec.protocol import READY, Command, RemoteError, read_message, write_message
 from shmvec.ring import Ring, RingSpec
 from shmvec.waiting import CommandWait
@@ -298,6 +305,7 @@ def worker_main(
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     enable_faulthandler(fault_log)
     exit_with_parent()
+    quiet_ale_banner()
     pin_to_cpu(cpu)
     limit_threads(n_threads)
     pid = os.getpid()

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from shmvec.codecs.base import Codec, CodecError
+from shmvec.errors import install_hint
 
 # name -> ("module:Class", modules that must import for it to work)
 _BUILTIN: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -81,9 +82,7 @@ def get(name: str, **params: Any) -> Codec:
     if name not in _BUILTIN and name not in _USER:
         raise ValueError(f"unknown codec {name!r}; available: {', '.join(available())}")
     if not _installed(name):
-        raise ValueError(
-            f"codec {name!r} needs a library that is not installed: pip install 'shmvec[codecs]'"
-        )
+        raise ValueError(f"codec {name!r} needs a library that is not installed: {install_hint('codecs')}")
     return _load(name)(**params)
 
 
