@@ -42,6 +42,7 @@ from typing import Any
 
 import cloudpickle
 
+from shmvec.errors import unpicklable_factory
 from shmvec.restart import Fault
 
 # Start-up message a worker sends once its envs exist: the spaces of each env, for checking.
@@ -217,8 +218,4 @@ def pickle_factories(
                 exc = fn_exc
                 first += i
                 break
-        raise TypeError(
-            f"the factory of env {first} cannot be pickled, which {needed_by} needs "
-            f"({type(exc).__name__}: {exc}). Make it a module-level function or a functools.partial of "
-            f"picklable arguments{f', or {way_out}' if way_out else ''}."
-        ) from exc
+        raise unpicklable_factory(first, needed_by, way_out, exc) from None

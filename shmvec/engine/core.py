@@ -56,6 +56,7 @@ class Engine:
         # A worker re-importing a main script without the __main__ guard stops here with one line.
         exit_if_reimported_main()
         self.closed = True  # until start-up succeeds, close() has nothing of ours to do
+        self.closed_by_close = False  # close() was called while open (else a failure closed it)
         self._openmp: PolicyThreads | None = None
         self.waiting = False
         self.owner = owner
@@ -167,7 +168,11 @@ class Engine:
         elif self._finalizer.detach() is not None:
             self.res.release(graceful=False)
 
-    close = give_up
+    def close(self) -> None:
+        """The user's ``close()``: :meth:`give_up`, remembered so a later :class:`ClosedError` says so."""
+        if not self.closed:
+            self.closed_by_close = True
+        self.give_up()
 
     def pause_policy_threads(self, overlapped: bool = False) -> None:
         """Call right before sending steps: the calling thread's idle OpenMP pool (the policy's)
@@ -184,7 +189,7 @@ class Engine:
 
     def check_open(self) -> None:
         if self.closed:
-            raise ClosedError(f"this {self.owner} is closed (close() was called, or a worker crashed)")
+            raise ClosedError.because(self.owner, self.closed_by_close)
 
     # ------------------------------------------------------------------ commands
 
