@@ -88,7 +88,7 @@ def markdown(summary: dict[str, Any]) -> str:
     rows = verdicts(summary)
     backends = ("dummy", "subproc", "shm", "shm_wn", "async")
     lines = [
-        "| workload | n_envs | " + " | ".join(backends) + " | fastest multi-process | shm vs next |",
+        "| workload | n_envs | " + " | ".join(backends) + " | fastest | shm vs next |",
         "|---|---|" + "---|" * len(backends) + "---|---|",
     ]
     for r in rows:

@@ -77,3 +77,19 @@ def run_script(path: Path, source: str, timeout: float = 120) -> subprocess.Comp
         timeout=timeout,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
+
+
+def require(module: str, how: str) -> Any:
+    """Import ``module`` for a test; when it is missing, skip (``how`` installs it), or fail in CI
+    (``CI`` set), where every optional piece is installed and a skip would hide a missing step."""
+    import importlib
+
+    import pytest
+
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        message = f"{module} is not installed ({how})"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)

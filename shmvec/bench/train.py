@@ -19,6 +19,7 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -85,6 +86,13 @@ class TrainResult:
             for b, same in self.identical_to().items()
             if b in EQUIVALENT and not all(same)
         ]
+
+    def plot(self, path: Path) -> None:
+        """Write the learning curves (mean return over the seeds, with their range, against
+        wall-clock seconds and against env steps) to the PNG ``path``."""
+        runs = {b: [r.curve for r in rs] for b, rs in self.by_backend().items()}
+        title = f"{self.policy} on {self.env}, {self.n_envs} envs, {self.cpus} CPUs"
+        curves.plot(runs, path, title, self.threshold)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable: every run, which backends learned DummyVecEnv's parameters, problems."""
