@@ -116,7 +116,8 @@ def _parser() -> argparse.ArgumentParser:
         "--threshold",
         type=float,
         default=None,
-        help="with --train: a return; say when each backend's seeds reached it (mean of the last 50 episodes)",
+        help="with --train: a return; say when each backend's seeds reached it (mean of the last 50 "
+        "episodes)",
     )
     codecs = sub.add_parser(
         "codecs",
