@@ -65,6 +65,12 @@ def _bars(ax: Any, labels: list[str], values: list[float], low: list[float], hig
     ax.set_xlim(0, max(high) * 1.3)
 
 
+def _save(fig: Any, out: Path, rect: tuple[float, ...] = (0, 0, 1, 1)) -> None:
+    fig.tight_layout(rect=rect)
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+
+
 def _steps_at(result: Any, n_envs: int) -> dict[str, Any]:
     return {p.config.backend: p.steps_per_s for p in result.points if p.config.n_envs == n_envs}
 
@@ -118,9 +124,7 @@ def home(out: Path) -> None:
         fontsize=8,
         color="dimgray",
     )
-    fig.tight_layout(rect=(0, 0.05, 1, 1))
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
+    _save(fig, out, rect=(0, 0.05, 1, 1))
 
 
 # Configurations of benchmarks/policy_loop.py, by what they are (its short names are its own).
@@ -160,9 +164,7 @@ def policy_loop(out: Path) -> None:
     ax.text(ideal, -0.6, "ideal multi-process VecEnv ", fontsize=8, va="bottom", ha="right")
     ax.set_xlabel(f"env steps/s, median and 95% CI of {result['spec']['rounds']} rounds")
     ax.set_title("PPO's forward pass + step, SB3's Atari recipe (Pong), 8 envs, 2 CPUs", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
+    _save(fig, out)
 
 
 def crossover(out: Path) -> None:
@@ -184,9 +186,7 @@ def crossover(out: Path) -> None:
     ax.set_title("Synthetic 84x84x4 frames, 8 envs, 2 CPUs: where the crossover is", fontsize=10)
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
+    _save(fig, out)
 
 
 SCALE = {
@@ -224,9 +224,7 @@ def scale(out: Path) -> None:
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("env steps/s (median)", fontsize=8)
     axes[-1].legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
+    _save(fig, out)
 
 
 def ray_wire(out: Path) -> None:
@@ -266,9 +264,7 @@ def ray_wire(out: Path) -> None:
     right.set_title(
         f"Pong, {result['n_envs']} envs, one machine: env steps/s (range over rounds)", fontsize=10
     )
-    fig.tight_layout()
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
+    _save(fig, out)
 
 
 def ppo_zoo(out: Path) -> None:
@@ -291,9 +287,7 @@ def ppo_zoo(out: Path) -> None:
     )
     ax.legend(fontsize=8, loc="lower right")
     ax.grid(axis="x", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
+    _save(fig, out)
 
 
 def pool(out: Path) -> None:
@@ -323,9 +317,7 @@ def pool(out: Path) -> None:
     )
     ax.set_xlabel(f"env steps/s with PPO's forward pass, median and range of {len(rounds)} rounds")
     ax.set_title("Pong, CleanRL-style loop, 2 CPUs: the policy works while other envs step", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
+    _save(fig, out)
 
 
 FIGURES: dict[str, Callable[[Path], None]] = {
