@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -119,3 +120,22 @@ def test_workers_warn_about_a_16_frame_recipe(tmp_path):
     assert len(warned) == 1 and "ALE/Pong-v5" in warned[0] and "16 frames" in warned[0], proc.stderr
     # The workers' ALE banners are quiet by default (SHMVEC_ALE_BANNER=1 keeps them).
     assert "Arcade Learning Environment" not in proc.stderr + proc.stdout
+
+
+@pytest.mark.parametrize(("keep", "shown"), [(None, False), ("1", True)])
+def test_ale_banner_is_quiet_unless_asked_for(keep, shown):
+    # What a worker does first (shmvec.process.quiet_ale_banner), then an ALE env as its env would.
+    code = (
+        "from shmvec.process import quiet_ale_banner\n"
+        "quiet_ale_banner()\n"
+        "import gymnasium as gym\n"
+        "gym.make('ale_py:ALE/Pong-v5').reset(seed=0)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "SHMVEC_ALE_BANNER"}
+    if keep is not None:
+        env["SHMVEC_ALE_BANNER"] = keep
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env, cwd=ROOT
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert ("Arcade Learning Environment" in proc.stdout + proc.stderr) is shown

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import os
 import subprocess
 import sys
@@ -61,3 +62,12 @@ def test_example_runs(name):
 def test_every_example_is_tested():
     on_disk = {p.name for p in (ROOT / "examples").glob("*.py")}
     assert on_disk == {name.split()[0] for name in EXAMPLES}
+
+
+def test_every_example_says_what_it_does_in_whole_sentences():
+    # `--help` shows the docstring's first paragraph: a sentence cut at its first line reads as a bug.
+    for path in sorted((ROOT / "examples").glob("*.py")):
+        text = path.read_text()
+        first_paragraph = ast.get_docstring(ast.parse(text)).split("\n\n")[0]
+        assert first_paragraph.rstrip().endswith("."), f"{path.name}: {first_paragraph!r}"
+        assert 'description=__doc__.split("\\n\\n")[0]' in text, f"{path.name}: --help shows less"
