@@ -26,6 +26,7 @@ import argparse
 import functools
 import importlib.util
 import json
+import resource
 import statistics
 import sys
 import time
@@ -123,6 +124,21 @@ def run_cleanrl(seed: int, steps: int, hp: dict[str, Any]) -> dict[str, Any]:
     return {"wall_s": time.perf_counter() - start, "episodes": episodes}
 
 
+def _cpu() -> tuple[float, float, float]:
+    """(wall, the machine's busy CPU seconds, CPU seconds of this process's finished children)."""
+    from shmvec.bench.system import cpu_snapshot
+
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.perf_counter(), cpu_snapshot([]).machine_busy_s, children.ru_utime + children.ru_stime
+
+
+def _others_cores(before: tuple[float, float, float], after: tuple[float, float, float]) -> float:
+    """Cores that processes other than the run (and this script) kept busy while it ran: a run on a
+    shared machine is slower for it, so the table shows it."""
+    wall, busy, ours = (b - a for a, b in zip(before, after))
+    return max(0.0, (busy - ours) / wall)
+
+
 def run_one(config: str, seed: int, steps: int, hp: dict[str, Any]) -> dict[str, Any]:
     """One training run (in this interpreter): its wall time and episodes."""
     if config == "cleanrl":
@@ -158,13 +174,14 @@ def markdown(result: dict[str, Any]) -> str:
     threshold = result["threshold"]
     lines = [
         f"| configuration | return >= {threshold:g} after: seconds | env steps | whole run, s | "
-        "final return |",
-        "|---|---|---|---|---|",
+        "final return | others' CPU, cores |",
+        "|---|---|---|---|---|---|",
     ]
     for config, runs in _runs(result).items():
         reached = curves.reached(runs, threshold)
         walls = [r["wall_s"] for r in result["runs"] if r["config"] == config]
         finals = [statistics.fmean(e[2] for e in run[-curves.WINDOW :]) for run in runs if run]
+        others = [r["others_cores"] for r in result["runs"] if r["config"] == config and "others_cores" in r]
 
         def spread(xs: list[float], fmt: str) -> str:
             return f"{statistics.median(xs):{fmt}} ({min(xs):{fmt}}-{max(xs):{fmt}})" if xs else "-"
@@ -173,13 +190,14 @@ def markdown(result: dict[str, Any]) -> str:
         lines.append(
             f"| {LABELS.get(config, config)} | {spread(reached.seconds, '.1f')}{missed} | "
             f"{spread([float(s) for s in reached.steps], ',.0f')} | {spread(walls, '.1f')} | "
-            f"{spread(finals, '.2f')} |"
+            f"{spread(finals, '.2f')} | {spread(others, '.1f')} |"
         )
     lines.append("")
     lines.append(
         f"{TASK} as 56x56x3 pixels, {N_ENVS} envs, {result['steps']:,} env steps per run, seeds "
         f"{', '.join(map(str, result['seeds']))}, {result['cpus']} CPUs; medians over seeds "
-        f"(min-max). Return: the mean of the last {curves.WINDOW} episodes."
+        f"(min-max). Return: the mean of the last {curves.WINDOW} episodes. Others' CPU: cores that "
+        "processes other than the run kept busy meanwhile (- where not measured)."
     )
     return "\n".join(lines) + "\n"
 
@@ -219,7 +237,9 @@ def main() -> int:
             # The order turns with each seed, so no configuration always runs first.
             for config in configs[k % len(configs) :] + configs[: k % len(configs)]:
                 argv = ["--one", config, str(seed), "--steps", str(args.steps)]
+                before = _cpu()
                 run = run_fresh(__file__, argv + (["--smoke"] if args.smoke else []))
+                run["others_cores"] = _others_cores(before, _cpu())
                 result["runs"].append({"config": config, "seed": seed, **run})
                 print(f"seed {seed} {config}: {run['wall_s']:.1f} s", file=sys.stderr, flush=True)
                 if args.json:  # after every run: an interrupted session keeps what it measured

@@ -320,6 +320,36 @@ def pool(out: Path) -> None:
     _save(fig, out)
 
 
+def codecs(out: Path) -> None:
+    """Codecs and fidelity: size against fidelity for each codec on Atari frames, and its cost
+    (``codecs_breakout.json``, written by ``shmvec codecs --json``)."""
+    result = _read("codecs_breakout.json")
+    fig, ax = plt.subplots(figsize=(8, 3.6))
+    exact_db = 1 + max((r["psnr_db"] for r in result["reports"] if not r["bit_exact"]), default=50)
+    for r in result["reports"]:
+        label = r["codec"] + "".join(f" {k}={v}" for k, v in r["params"].items())
+        y = exact_db if r["bit_exact"] else r["psnr_db"]
+        ax.scatter(
+            r["compression_ratio"],
+            y,
+            s=20 + 4 * np.sqrt(r["us_per_frame"]),
+            color=SHM_COLOR if r["bit_exact"] else OTHER_COLOR,
+            alpha=0.7,
+        )
+        ax.annotate(label, (r["compression_ratio"], y), fontsize=7, xytext=(4, 3), textcoords="offset points")
+    ax.axhline(exact_db - 0.5, color="black", linewidth=0.5, linestyle=":")
+    ax.text(ax.get_xlim()[0], exact_db, " bit-exact (lossless)", fontsize=8, va="bottom")
+    ax.set_xscale("log")
+    ax.set_xlabel("compression ratio (raw bytes / encoded bytes), log scale")
+    ax.set_ylabel("PSNR, dB (higher: closer)")
+    shape = "x".join(map(str, result["frame_shape"]))
+    ax.set_title(
+        f"{result['env']}, {result['steps']} frames {shape}: marker area ~ µs per frame", fontsize=10
+    )
+    ax.grid(alpha=0.3, which="both")
+    _save(fig, out)
+
+
 FIGURES: dict[str, Callable[[Path], None]] = {
     "home": home,
     "policy_loop": policy_loop,
@@ -328,6 +358,7 @@ FIGURES: dict[str, Callable[[Path], None]] = {
     "scale": scale,
     "ray_wire": ray_wire,
     "pool": pool,
+    "codecs": codecs,
 }
 
 
