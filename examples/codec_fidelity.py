@@ -28,8 +28,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20_000, help="total env steps of training")
     parser.add_argument("--n-envs", type=int, default=4, help="parallel envs")
     args = parser.parse_args()
-    if codecs.missing():
-        raise SystemExit(f"this example needs {', '.join(codecs.missing())}: {install_hint('codecs')}")
+    missing = codecs.missing()
+    if missing:
+        raise SystemExit(f"this example needs the {', '.join(missing)} codecs: {install_hint('codecs')}")
 
     make_env = env_factory(args.env)
     frames = fidelity.collect_frames(make_env, args.frames, seed=0)
