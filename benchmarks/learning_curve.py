@@ -207,7 +207,7 @@ def main() -> int:
         description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
     )
     parser.add_argument("--steps", type=int, default=30_000, help="env steps per run")
-    parser.add_argument("--seeds", default="0,1,2", help="comma-separated seeds")
+    parser.add_argument("--seeds", default="0,1,2,3,4", help="comma-separated seeds")
     parser.add_argument("--configs", default=",".join(CONFIGS), help=f"comma-separated, from {CONFIGS}")
     parser.add_argument("--smoke", action="store_true", help="2,048 steps, seed 0, small rollouts")
     parser.add_argument("--json", type=Path, help="write every run's episodes here")
