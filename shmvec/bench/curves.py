@@ -48,7 +48,8 @@ def curve(episodes: Sequence[Episode], axis: int, grid: np.ndarray, window: int 
     """The mean return of the last ``window`` episodes finished by each point of ``grid``.
 
     :param axis: 0 for seconds, 1 for env steps.
-    :returns: one value per grid point; NaN before the first episode and after the last.
+    :returns: one value per grid point; NaN after the last episode, and before ``min(window, 10)``
+        episodes have finished (the first few are the short ones: their mean says little).
     """
     xs = np.array([e[axis] for e in episodes], dtype=float)
     returns = np.array([e[2] for e in episodes], dtype=float)
@@ -57,7 +58,7 @@ def curve(episodes: Sequence[Episode], axis: int, grid: np.ndarray, window: int 
     first = np.maximum(done - window, 0)
     with np.errstate(invalid="ignore", divide="ignore"):
         means = (sums[done] - sums[first]) / (done - first)
-    return np.where((done > 0) & (grid <= xs[-1]), means, np.nan)
+    return np.where((done >= min(window, 10)) & (grid <= xs[-1]), means, np.nan)
 
 
 def time_to(episodes: Sequence[Episode], threshold: float, window: int = WINDOW) -> Episode | None:
