@@ -4,13 +4,10 @@ from __future__ import annotations
 
 import ast
 import importlib.util
-import os
-import subprocess
-import sys
 
 import pytest
 
-from tests.helpers import ROOT
+from tests.helpers import ROOT, run_python
 
 EXAMPLES = {
     "ppo_atari.py": ["--n-envs", "2", "--steps", "256"],
@@ -60,14 +57,7 @@ def _missing(modules: tuple[str, ...]) -> list[str]:
 def test_example_runs(name):
     script = ROOT / "examples" / name.split()[0]
     extra, modules = NEEDS_EXTRA.get(script.name, ("", ()))
-    proc = subprocess.run(
-        [sys.executable, str(script), *EXAMPLES[name]],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
+    proc = run_python(str(script), *EXAMPLES[name], timeout=300)
     if _missing(modules):
         assert proc.returncode != 0 and f'pip install -e ".[{extra}]"' in proc.stderr, proc.stderr[-3000:]
         assert "ModuleNotFoundError" not in proc.stderr, proc.stderr[-3000:]

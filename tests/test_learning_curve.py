@@ -4,15 +4,13 @@ benchmark's smoke run, and ``shmvec bench --train --plot``."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 
 import numpy as np
 import pytest
 
 from shmvec.bench import curves
-from tests.helpers import ROOT, require
+from tests.helpers import ROOT, require, run_python
 
 # (seconds, env steps, return): a run that learns, 10 episodes.
 RUN = [(float(i), 100 * i, r) for i, r in enumerate([0, 0, 0, 0, 0, 1, 1, 1, 1, 1], start=1)]
@@ -68,13 +66,10 @@ def test_the_docs_show_the_committed_figure_with_its_command():
 def test_smoke_run_trains_every_configuration(tmp_path):
     require("minigrid", "pip install minigrid")
     out = tmp_path / "lc.json"
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "learning_curve.py"), "--smoke", "--json", str(out)]
-        + ["--markdown", str(tmp_path / "lc.md"), "--plot", str(tmp_path / "lc.png")],
-        capture_output=True,
-        text=True,
+    proc = run_python(
+        *(str(ROOT / "benchmarks" / "learning_curve.py"), "--smoke", "--json", str(out)),
+        *("--markdown", str(tmp_path / "lc.md"), "--plot", str(tmp_path / "lc.png")),
         timeout=900,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     # Exit 1 would say that ShmVecEnv's episodes differ from DummyVecEnv's for the same seed.
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -90,15 +85,21 @@ def test_smoke_run_trains_every_configuration(tmp_path):
 @pytest.mark.slow
 def test_bench_train_plots_the_learning_curves(tmp_path):
     plot = tmp_path / "curves.png"
-    proc = subprocess.run(
-        [sys.executable, "-m", "shmvec", "bench", "--train", "--env", "tests.envs:TinyImageEnv"]
-        + ["--backends", "dummy,shm", "--n-envs", "2", "--train-steps", "256", "--seeds", "0,1"]
-        + ["--threshold", "-1", "--plot", str(plot)],
-        capture_output=True,
-        text=True,
+    proc = run_python(
+        *("-m", "shmvec", "bench", "--train", "--env", "tests.envs:TinyImageEnv", "--backends", "dummy,shm"),
+        *(
+            "--n-envs",
+            "2",
+            "--train-steps",
+            "256",
+            "--seeds",
+            "0,1",
+            "--threshold",
+            "-1",
+            "--plot",
+            str(plot),
+        ),
         timeout=300,
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "dummy: mean return >= -1 after " in proc.stdout and "shm: mean return >= -1 after " in proc.stdout
