@@ -69,7 +69,7 @@ def measure(config: str, agent: Any, args: argparse.Namespace) -> tuple[float, f
 
     env = make(config, args)
     try:
-        procs = list(env._eng.res.processes)
+        procs = list(env._eng.transport.processes)
 
         def act(obs: np.ndarray) -> np.ndarray:
             with torch.no_grad():

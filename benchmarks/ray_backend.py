@@ -40,7 +40,7 @@ def wire_bytes(game: str, codec: str | None, n_envs: int, steps: int) -> float:
     try:
         venv.seed(0)
         venv.reset()
-        pool = venv._eng.pool
+        pool = venv._eng.transport
         before = pool.bytes_received
         rng = np.random.default_rng(0)
         for _ in range(steps):

@@ -31,7 +31,7 @@ import psutil
 from gymnasium import spaces
 
 from shmvec import ShmVecEnv
-from shmvec.ring import SEGMENT_PREFIX
+from shmvec.memory.ring import SEGMENT_PREFIX
 from shmvec.synthetic import misbehave
 
 FAULTS = ("kill", "segv", "abort", "exit", "raise", "hang")

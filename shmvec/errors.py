@@ -185,6 +185,11 @@ class ObservationError(ValueError):
     """
 
 
+class SpaceMismatchError(ValueError, RuntimeError):
+    """The envs do not all have the same observation and action spaces. A ``ValueError`` (as shmvec
+    always raised) and a ``RuntimeError`` (as Gymnasium's ``AsyncVectorEnv`` raises)."""
+
+
 class UnsupportedSpaceError(TypeError):
     """The observation space has a leaf that cannot live in a fixed-size shared-memory array."""
 

@@ -11,7 +11,7 @@ import signal
 from typing import Any
 
 from shmvec.errors import EnvError, EnvTimeoutError, WorkerCrashedError
-from shmvec.protocol import RemoteError
+from shmvec.wire.messages import RemoteError
 
 _MAIN_GUARD_HINT = (
     "With the '{method}' start method each worker re-imports your main script: if the code that "

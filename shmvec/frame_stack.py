@@ -123,6 +123,6 @@ def stacked_factory(
 ) -> gym.Env:
     """Build ``env_fn()`` wrapped in :class:`FrameStack`; a module-level function so that
     ``functools.partial(stacked_factory, fn, k)`` pickles wherever ``fn`` does."""
-    from shmvec.worker import make_env
+    from shmvec.worker.envapi import make_env
 
     return FrameStack(make_env(env_fn), n_stack, channels_order)

@@ -1,8 +1,7 @@
 """The main process's reads of its workers' ``/proc/<pid>/`` files (Linux), cheap enough for the step path.
 
-Opening a ``/proc`` file costs ~10 µs, reading an open one again with ``pread`` ~3 µs; both the
-OpenMP pause (``schedstat``: how long each worker waited to run) and the order in which a step is
-sent (``stat``: the CPU each worker last ran on) read them during steps, so each file stays open
+Opening a ``/proc`` file costs ~10 µs, reading an open one again with ``pread`` ~3 µs; the OpenMP
+pause reads ``schedstat`` (how long each worker waited to run) during steps, so each file stays open
 between reads. Where ``/proc`` is missing the reads return None and the callers do without.
 """
 
@@ -50,14 +49,3 @@ class ProcFiles:
         for f in self._files.values():
             f.close()
         self._files.clear()
-
-
-def last_cpu(stat: bytes) -> int | None:
-    """The CPU a process last ran on, from the text of its ``/proc/<pid>/stat`` (field 39); None if
-    the text is not one. The command name (field 2) may hold spaces and parentheses, so the fields
-    are counted from its closing parenthesis."""
-    fields = stat[stat.rfind(b")") + 2 :].split()
-    try:
-        return int(fields[36])
-    except (IndexError, ValueError):
-        return None

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -33,16 +32,6 @@ def restart_seed(seed: int | None, restart_count: int) -> int | None:
         return None
     state = np.random.SeedSequence([int(seed) % 2**64, restart_count]).generate_state(1, np.uint32)
     return int(state[0])
-
-
-@dataclass
-class Fault:
-    """A worker that must be rebuilt: which one, why (a readable sentence) and the error raise mode
-    would have raised (re-raised when the restart budget is spent)."""
-
-    worker: int
-    reason: str
-    error: BaseException
 
 
 class RestartBudget:

@@ -12,27 +12,22 @@ from __future__ import annotations
 import copy as copy_module
 import functools
 import importlib
-from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from shmvec.codecs import CodecSpec
+from shmvec.engine.build import build
 from shmvec.engine.core import Engine
+from shmvec.engine.flights import FIRST_READY, POOL_ORDERS, pool_workers
 from shmvec.engine.groups import usable_cpus
 from shmvec.engine.options import Options
-from shmvec.engine.pool_rules import FIRST_READY, POOL_ORDERS, pool_workers
-from shmvec.engine.scheduler import PoolScheduler
-from shmvec.frame_stack import ChannelsOrder
-from shmvec.layout import assemble
-from shmvec.protocol import Command
-from shmvec.vector_pool import PoolMethods
-
-if TYPE_CHECKING:
-    from shmvec.fidelity import Tolerance
+from shmvec.memory.layout import assemble
+from shmvec.vector_pool import PoolMethods, batch_infos
+from shmvec.wire import messages as m
 
 _MODES = {
     "next_step": AutoresetMode.NEXT_STEP,
@@ -79,14 +74,12 @@ class ShmVectorEnv(PoolMethods, VectorEnv):
         done, as EnvPool; a slow env holds back only its own group) or ``"deterministic"`` (a fixed
         round-robin of groups: the same batches in every run).
 
-    Every other parameter means what it means for :class:`shmvec.ShmVecEnv` (``start_method``,
-    ``n_workers``, ``copy``, ``n_slots``, ``worker_threads``, ``timeout`` in seconds, ``codec``,
-    ``verify_every``, ``tolerance``, ``decode_threads``, ``on_crash``, ``max_restarts``,
-    ``restart_window`` in seconds, ``check_finite``, ``isolate_rng``, ``pause_openmp``,
-    ``frame_stack``, ``frame_stack_channels_order``, ``info_keys``, ``backend``,
-    ``ray_options``, ``worker_cpus``, ``worker_spin_us`` in µs), with the same defaults.
-    ``n_workers="auto"`` chooses the count from a short probe of one env (see
-    :mod:`shmvec.engine.autoworkers`); the chosen count is :attr:`n_workers`.
+    :param start_method: as for :class:`shmvec.ShmVecEnv`.
+    :param options: keyword options shared with :class:`shmvec.ShmVecEnv`, each documented once in
+        :class:`shmvec.engine.options.Options` (``n_workers``, ``copy``, ``codec``, ``on_crash``,
+        ``backend``...), with the same defaults. ``n_workers="auto"`` chooses the count from a short
+        probe of one env (see :mod:`shmvec.engine.autoworkers`); the chosen count is
+        :attr:`n_workers`.
 
     ``frame_stack=K`` stacks each env's last K observations in its worker, by SB3's ``VecFrameStack``
     rules (stack axis, zeros at the start of every episode): the results equal ``SyncVectorEnv`` over
@@ -104,74 +97,54 @@ class ShmVectorEnv(PoolMethods, VectorEnv):
         env_fns: Sequence[Callable[[], gym.Env]],
         *,
         autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
-        start_method: str | None = None,
-        n_workers: int | str | None = None,
-        copy: bool = True,
-        n_slots: int | None = None,
-        worker_threads: int | None = 1,
-        timeout: float | None = None,
-        codec: CodecSpec = None,
-        verify_every: int = 100,
-        tolerance: Tolerance | None = None,
-        decode_threads: int | None = None,
-        on_crash: str = "raise",
-        max_restarts: int = 10,
-        restart_window: float | None = 60.0,
-        check_finite: bool = False,
-        isolate_rng: bool = False,
-        pause_openmp: bool = True,
-        frame_stack: int | None = None,
-        frame_stack_channels_order: ChannelsOrder = None,
-        info_keys: str | Mapping[str, type] | None = "auto",
-        backend: str = "local",
-        ray_options: Mapping[str, Any] | None = None,
-        worker_cpus: str | Sequence[int] | None = None,
-        worker_spin_us: int | None = None,
         batch_size: int | None = None,
         pool_order: str = FIRST_READY,
+        start_method: str | None = None,
+        **options: Any,
     ) -> None:
         mode = to_autoreset_mode(autoreset_mode)
         self._engine: Engine | None = None
-        self._pool: PoolScheduler | None = None
         env_fns = list(env_fns)
         n_envs = len(env_fns)
         if pool_order not in POOL_ORDERS:
             raise ValueError(f"pool_order must be one of {POOL_ORDERS}, got {pool_order!r}")
         self.pool_order = pool_order
         self.batch_size = n_envs if batch_size is None else batch_size
-        if batch_size is not None and batch_size != n_envs:
-            if backend != "local":
-                raise ValueError(
-                    f"pool mode (batch_size < num_envs) runs on the local backend only, not {backend!r}"
-                )
-            if n_workers == "auto":
+        opts = Options.from_kwargs("ShmVectorEnv", options, autoreset=_ENGINE_MODES[mode])
+        if batch_size is not None:
+            if batch_size != n_envs and opts.n_workers == "auto":
                 raise ValueError(
                     "n_workers='auto' does not apply to pool mode (batch_size < num_envs): pass None to "
                     "let the pool's grouping rule choose, or a count"
                 )
-        if batch_size is not None:
-            n_workers = pool_workers(n_envs, batch_size, n_workers, usable_cpus())
+            n_workers = pool_workers(n_envs, batch_size, opts.n_workers, usable_cpus())
+            opts = Options.from_kwargs(
+                "ShmVectorEnv", {**options, "n_workers": n_workers}, autoreset=opts.autoreset
+            )
             if batch_size < n_envs and mode is not AutoresetMode.NEXT_STEP:
                 raise ValueError(
                     f"pool mode (batch_size < num_envs) needs autoreset_mode NEXT_STEP, got {mode}"
                 )
-        options = Options.pick(locals(), autoreset=_ENGINE_MODES[mode])
-        self._engine = engine = Engine(env_fns, start_method, options, owner="ShmVectorEnv")
+        self._engine = engine = build(
+            env_fns, start_method, opts, "ShmVectorEnv", self.batch_size, pool_order, info_form="arrays"
+        )
         self.autoreset_mode = mode
-        self.copy = copy
+        self.copy = opts.copy
         self.num_envs = engine.num_envs
         self.single_observation_space = engine.observation_space
         self.single_action_space = engine.action_space
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
         self.action_space = batch_space(self.single_action_space, self.num_envs)
         try:
-            metadata = engine.call(Command.CALL, [0], "metadata", (), {})[0]
-            self.render_mode = engine.call(Command.CALL, [0], "render_mode", (), {})[0]
+            metadata, self.render_mode = (self._call_first(name) for name in ("metadata", "render_mode"))
         except BaseException:
             engine.close()
             raise
         # A copy: the env's (class-level) metadata is not ours to change.
         self.metadata = {**metadata, "autoreset_mode": mode}
+
+    def _call_first(self, name: str) -> Any:
+        return self._eng.call(lambda local: m.EnvMethod(local, name, value_if_attribute=True), [0])[0]
 
     @property
     def closed(self) -> bool:  # type: ignore[override]
@@ -181,7 +154,7 @@ class ShmVectorEnv(PoolMethods, VectorEnv):
     @property
     def actors(self) -> list[Any]:
         """``backend="ray"``: the Ray actor handles, one per worker, in worker order (else empty)."""
-        return list(getattr(self._eng.pool, "actors", []))
+        return list(getattr(self._eng.transport, "actors", []))
 
     @property
     def n_restarts(self) -> int:
@@ -195,8 +168,8 @@ class ShmVectorEnv(PoolMethods, VectorEnv):
 
     @property
     def processes(self) -> list[Any]:
-        """The worker processes (``multiprocessing.Process``), in worker order."""
-        return self._eng.res.processes
+        """The worker processes (``multiprocessing.Process``), in worker order (empty with Ray)."""
+        return self._eng.transport.processes
 
     @property
     def _eng(self) -> Engine:
@@ -222,14 +195,13 @@ class ShmVectorEnv(PoolMethods, VectorEnv):
         if options is not None and "reset_mask" in options:
             options = dict(options)
             mask = _check_mask(options.pop("reset_mask"), n)
-        if self._pool is not None:
-            self._pool.drain()  # steps in flight (send/recv) are waited for and dropped
-            self._pool = None if self.batch_size == n else self._pool  # step() may follow
-        arrays, reset_infos = self._eng.reset(seeds, [{"options": options}] * n, mask)
+        # Steps in flight (send/recv) are waited for and dropped.
+        engine = self._eng
+        arrays, reset_infos = engine.reset(seeds, [{"options": options}] * n, mask)
         if self.batch_size < n:
-            # Every env is now idle; send() with env_ids=None answers all of them. Copies: the pool
-            # rotates ring slots per worker and would overwrite a lent batch.
-            self._scheduler().after_reset(arrays)
+            # Every env is now idle; send() with env_ids=None answers all of them. Copies: pool
+            # mode moves workers through the ring slots one by one and would overwrite a lent batch.
+            engine.flights.last_ids = np.arange(n, dtype=np.int32)
             arrays = [a.copy() for a in arrays] if self.copy else arrays
         infos: dict[str, Any] = {}
         for i, info in enumerate(reset_infos):
@@ -258,29 +230,41 @@ class ShmVectorEnv(PoolMethods, VectorEnv):
         terminations, truncations, infos)``.
 
         :raises ValueError: if there are not ``num_envs`` actions (before any env steps).
-        :raises RuntimeError: in pool mode (``batch_size < num_envs``), or after :meth:`async_reset`
-            until :meth:`reset`.
+        :raises RuntimeError: in pool mode (``batch_size < num_envs``).
+        """
+        self.step_async(actions)
+        return self.step_wait()
+
+    def step_async(self, actions: Any) -> None:
+        """Send every env its action and return at once (``AsyncVectorEnv``'s first half of
+        :meth:`step`); :meth:`step_wait` collects the results.
+
+        :raises RuntimeError: in pool mode (``batch_size < num_envs``), or while a step is pending.
         """
         if self.batch_size < self.num_envs:
             raise RuntimeError(
                 f"step() needs every env; with batch_size={self.batch_size} < num_envs={self.num_envs} "
                 "use send()/recv() (pool mode)"
             )
-        if self._pool is not None:
-            raise RuntimeError(
-                "step() after async_reset(): this env is driven by send()/recv(); reset() first"
-            )
+        self._eng.send(actions)
+
+    def step_wait(
+        self, timeout: float | None = None
+    ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """The results of the step sent by :meth:`step_async`, as :meth:`step` returns them.
+
+        :param timeout: seconds to wait at most (None: as long as it takes); past it,
+            ``multiprocessing.TimeoutError`` is raised and the step stays pending (call again), as
+            ``AsyncVectorEnv.step_wait`` does.
+        :raises RuntimeError: if no step is pending.
+        """
         engine = self._eng
-        engine.step_async(actions)
-        batch = engine.step_wait()
-        infos: dict[str, Any] = {}
-        finals = batch.finals
-        for i in sorted(batch.infos.keys() | finals.keys()):
-            info = batch.infos.get(i, {})
-            if i in finals and self.autoreset_mode is AutoresetMode.SAME_STEP:
-                # AsyncVectorEnv's layout: the terminal step's info and observation, then the reset's info.
-                info = {"final_info": info, "final_obs": self._obs(finals[i]), **batch.reset_infos.get(i, {})}
-            infos = self._add_info(infos, info, i)
+        engine.check_open()
+        if not engine.waiting:
+            raise RuntimeError("step_wait() called without step_async()")
+        batch = engine.recv(timeout)
+        same_step = self.autoreset_mode is AutoresetMode.SAME_STEP
+        infos = batch_infos(self, batch, self._obs if same_step else None)
         return (
             self._obs(batch.obs),
             batch.rewards.copy(),
@@ -289,12 +273,39 @@ class ShmVectorEnv(PoolMethods, VectorEnv):
             infos,
         )
 
+    def reset_async(
+        self, seed: int | Sequence[int | None] | None = None, options: dict[str, Any] | None = None
+    ) -> None:
+        """Reset every env and return at once (``AsyncVectorEnv``'s first half of :meth:`reset`);
+        :meth:`reset_wait` collects the observations. Same arguments as :meth:`reset`, except
+        ``options["reset_mask"]`` (use :meth:`reset`)."""
+        if options is not None and "reset_mask" in options:
+            raise ValueError("reset_async() resets every env: pass options['reset_mask'] to reset() instead")
+        self._eng.async_reset(self._seeds(seed), [{"options": options}] * self.num_envs)
+
+    def reset_wait(self, timeout: float | None = None) -> tuple[Any, dict[str, Any]]:
+        """The observations and infos of the reset sent by :meth:`reset_async`.
+
+        :param timeout: as for :meth:`step_wait`.
+        """
+        engine = self._eng
+        engine.check_open()
+        if not engine.waiting:
+            raise RuntimeError("reset_wait() called without reset_async()")
+        batch = engine.recv(timeout)
+        arrays = batch.obs if self.batch_size == self.num_envs else [a.copy() for a in batch.obs]
+        return self._obs(arrays), batch_infos(self, batch)
+
     def call(self, name: str, /, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
         """``env.get_wrapper_attr(name)(*args, **kwargs)`` of every env, or the attribute's value when
         it is not callable (as SyncVectorEnv). ``name`` is positional-only, so a method's own ``name``
         keyword reaches the env."""
-        self._check_pool_idle("call")
-        return tuple(self._eng.call(Command.CALL, range(self.num_envs), name, args, kwargs))
+        return tuple(
+            self._eng.call(
+                lambda local: m.EnvMethod(local, name, args, kwargs, value_if_attribute=True),
+                range(self.num_envs),
+            )
+        )
 
     def get_attr(self, name: str) -> tuple[Any, ...]:
         """``call(name)``: the attribute of every env (called if it is a method, as SyncVectorEnv)."""
@@ -306,7 +317,6 @@ class ShmVectorEnv(PoolMethods, VectorEnv):
 
         :raises ValueError: for a list or tuple whose length is not ``num_envs``.
         """
-        self._check_pool_idle("set_attr")
         if not isinstance(values, (list, tuple)):
             values = [values] * self.num_envs
         if len(values) != self.num_envs:
@@ -314,11 +324,11 @@ class ShmVectorEnv(PoolMethods, VectorEnv):
                 "Values must be a list or tuple with length equal to the number of environments. "
                 f"Got `{len(values)}` values for {self.num_envs} environments."
             )
-        self._eng.call(Command.SET_WRAPPER_ATTR, range(self.num_envs), name, list(values))
+        values = list(values)
+        self._eng.call(lambda local: m.SetWrapperAttr(local, name, values), range(self.num_envs))
 
     def render(self) -> tuple[Any, ...]:
         """``env.render()`` of every env."""
-        self._check_pool_idle("render")
         return tuple(self._eng.render_all())
 
     def close(self, **kwargs: Any) -> None:

@@ -1,4 +1,5 @@
-"""Pool mode of :class:`shmvec.ShmVectorEnv`: EnvPool's ``async_reset`` / ``send`` / ``recv``.
+"""Pool mode of :class:`shmvec.ShmVectorEnv` (EnvPool's ``async_reset`` / ``send`` / ``recv``), and
+Gymnasium's info batching over a batch of the engine.
 
 With ``batch_size < num_envs`` the caller works on one batch of envs while the others step:
 
@@ -11,19 +12,21 @@ With ``batch_size < num_envs`` the caller works on one batch of envs while the o
         env_ids = infos["env_id"]  # which 8 envs these are
         envs.send(policy(obs), env_ids)
 
-The scheduling itself is in :mod:`shmvec.engine.scheduler`; this module turns its batches into
-Gymnasium's conventions (infos as a dict of arrays over the batch, with ``_key`` masks).
+The scheduling itself is the engine's (:meth:`shmvec.engine.core.Engine.send` /
+:meth:`~shmvec.engine.core.Engine.recv`); this module turns its batches into Gymnasium's
+conventions (infos as a dict of arrays over the batch, with ``_key`` masks).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 from gymnasium.vector import VectorEnv
 
-from shmvec.engine.scheduler import PoolScheduler
+from shmvec.engine.batch import Batch
+from shmvec.engine.core import Engine
 
 
 class _BatchInfos:
@@ -35,11 +38,48 @@ class _BatchInfos:
         self.num_envs = n
 
 
+def batch_infos(owner: Any, batch: Batch, final_obs: Callable[[list[np.ndarray]], Any] | None = None) -> dict:
+    """Gymnasium's infos of ``batch``: a dict of arrays over its positions with ``_key`` masks, as
+    ``SyncVectorEnv`` builds them. ``final_obs``: same-step autoreset (the terminal step's info and
+    observation under ``final_info`` / ``final_obs``, then the reset's info, as AsyncVectorEnv lays
+    them out). Built from the ring's typed columns with numpy when every position's info was typed
+    and no episode ended (the usual step); else one env at a time, exactly as Gymnasium does."""
+    n = len(batch.rewards)
+    sized: Any = owner if n == owner.num_envs else _BatchInfos(n)
+    typed = batch.typed
+    infos: dict[str, Any] = {}
+    # Gymnasium puts values of numpy types that are not numbers (np.bool_) in object arrays.
+    fast = typed is not None and all(t in (int, float, bool) or issubclass(t, np.number) for t in typed.types)
+    if fast and typed.mask.all() and not batch.finals:  # type: ignore[union-attr]
+        for key, column in zip(typed.keys, typed.columns):  # type: ignore[union-attr]
+            infos[key] = column
+            infos[f"_{key}"] = np.ones(n, dtype=np.bool_)
+        for pos in sorted(batch.infos):
+            infos = sized._add_info(infos, batch.infos[pos], pos)
+    else:
+        per_env = dict(batch.infos)
+        if typed is not None:
+            for pos in np.flatnonzero(typed.mask).tolist():
+                values = {k: t(c[pos]) for k, t, c in zip(typed.keys, typed.types, typed.columns)}
+                per_env[pos] = {**values, **per_env.get(pos, {})}
+        for pos in sorted(per_env.keys() | batch.finals.keys()):
+            info = per_env.get(pos, {})
+            if pos in batch.finals and final_obs is not None:
+                info = {
+                    "final_info": info,
+                    "final_obs": final_obs(batch.finals[pos]),
+                    **batch.reset_infos.get(pos, {}),
+                }
+            infos = sized._add_info(infos, info, pos)
+    if batch.env_ids is not None:
+        infos["env_id"] = batch.env_ids
+    return infos
+
+
 class PoolMethods:
     """``async_reset``, ``send`` and ``recv`` of :class:`shmvec.ShmVectorEnv` (see the module
     docstring); with ``batch_size == num_envs`` they work too, one batch of every env at a time."""
 
-    _pool: PoolScheduler | None
     num_envs: int
     batch_size: int
 
@@ -49,17 +89,9 @@ class PoolMethods:
     def _obs(self, arrays: list[np.ndarray]) -> Any:
         raise NotImplementedError
 
-    def _scheduler(self) -> PoolScheduler:
-        # Built on first use: a VectorEnv used only through step() never makes one.
-        if self._pool is None:
-            engine = self._eng  # type: ignore[attr-defined]
-            if engine.options.backend != "local":
-                raise ValueError(
-                    f"pool mode (async_reset/send/recv) runs on the local backend only, not "
-                    f"backend={engine.options.backend!r}"
-                )
-            self._pool = PoolScheduler(engine, self.batch_size, self.pool_order)  # type: ignore[attr-defined]
-        return self._pool
+    @property
+    def _eng(self) -> Engine:
+        raise NotImplementedError
 
     def async_reset(
         self, seed: int | Sequence[int | None] | None = None, options: dict[str, Any] | None = None
@@ -70,8 +102,7 @@ class PoolMethods:
         :param seed: None (unseeded), an int ``s`` (env ``i`` gets ``s + i``) or one seed per env.
         :param options: passed to every env's ``reset``, None included (as ``reset``).
         """
-        pool = self._scheduler()
-        pool.async_reset(self._seeds(seed), [{"options": options}] * self.num_envs)
+        self._eng.async_reset(self._seeds(seed), [{"options": options}] * self.num_envs)
 
     def send(self, actions: Any, env_ids: Any = None) -> None:
         """Give envs ``env_ids`` their next actions and return at once; they step while you work.
@@ -86,7 +117,16 @@ class PoolMethods:
         :raises ValueError: for a bad ``env_ids`` or action count, or an env whose previous step was
             not received yet (nothing is sent then).
         """
-        self._scheduler().send(actions, env_ids)
+        engine = self._eng
+        if env_ids is None:
+            env_ids = engine.flights.last_ids
+            if env_ids is None:
+                raise ValueError(
+                    "send(): no batch to answer (env_ids=None): call recv() first, or pass env_ids"
+                )
+        engine.send(actions, env_ids)
+        if engine.flights.last_ids is env_ids:
+            engine.flights.last_ids = None
 
     def recv(self) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """The next ``batch_size`` envs to finish their step (or reset), as ``step()`` returns them
@@ -99,21 +139,18 @@ class PoolMethods:
 
         :raises RuntimeError: if too few envs are stepping to fill a batch (instead of waiting forever).
         """
-        batch = self._scheduler().recv()
-        sized = _BatchInfos(len(batch.env_ids))
-        infos: dict[str, Any] = {}
-        for pos in sorted(batch.infos):
-            infos = sized._add_info(infos, batch.infos[pos], pos)  # type: ignore[misc]
-        infos["env_id"] = batch.env_ids
+        batch = self._eng.recv()
+        if batch.env_ids is None:  # every env in one slot: lent views, copied like any pool batch
+            batch.env_ids = np.arange(self.num_envs, dtype=np.int32)
+            batch.obs = [a.copy() for a in batch.obs]
+            batch.rewards, batch.terminated, batch.truncated = (
+                batch.rewards.copy(),
+                batch.terminated.copy(),
+                batch.truncated.copy(),
+            )
+            self._eng.flights.last_ids = batch.env_ids
+        infos = batch_infos(self, batch)
         return self._obs(batch.obs), batch.rewards, batch.terminated, batch.truncated, infos
 
-    def _check_pool_idle(self, what: str) -> None:
-        """:raises RuntimeError: if steps are in flight (their replies would be read as ``what``'s)."""
-        if self._pool is not None and self._pool.busy:
-            raise RuntimeError(
-                f"{what}() called while envs are stepping in pool mode (workers {self._pool.busy}): "
-                "recv() them first, or reset()"
-            )
 
-
-__all__ = ["PoolMethods"]
+__all__ = ["PoolMethods", "batch_infos"]

@@ -9,7 +9,7 @@ import time
 import psutil
 import pytest
 
-from shmvec.ring import SEGMENT_PREFIX
+from shmvec.memory.ring import SEGMENT_PREFIX
 
 
 def shm_segments(pid: int | None = None) -> set[str]:

@@ -124,9 +124,9 @@ def test_workers_warn_about_a_16_frame_recipe(tmp_path):
 
 @pytest.mark.parametrize(("keep", "shown"), [(None, False), ("1", True)])
 def test_ale_banner_is_quiet_unless_asked_for(keep, shown):
-    # What a worker does first (shmvec.process.quiet_ale_banner), then an ALE env as its env would.
+    # What a worker does first (shmvec.worker.process.quiet_ale_banner), then an ALE env as its env would.
     code = (
-        "from shmvec.process import quiet_ale_banner\n"
+        "from shmvec.worker.process import quiet_ale_banner\n"
         "quiet_ale_banner()\n"
         "import gymnasium as gym\n"
         "gym.make('ale_py:ALE/Pong-v5').reset(seed=0)\n"

@@ -111,7 +111,7 @@ def test_ray_wire_default_is_delta_with_zstd_for_frames_and_raw_for_small_leaves
     from gymnasium import spaces
 
     from shmvec import codecs
-    from shmvec.layout import leaves
+    from shmvec.memory.layout import leaves
     from shmvec.transports import default_codecs
 
     pytest.importorskip("zstandard")

@@ -18,7 +18,7 @@ from shmvec import (
     ShmVecEnv,
     UnsupportedSpaceError,
 )
-from shmvec.ring import check_free_space
+from shmvec.memory.ring import check_free_space
 from shmvec.synthetic import SyntheticImageEnv
 from tests.envs import BadObsEnv, DictImageEnv, SlowStepEnv
 from tests.helpers import run_script

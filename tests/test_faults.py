@@ -52,8 +52,8 @@ def make(fns, **kwargs) -> ShmVecEnv:
 def test_crash_in_step_raises(no_leaks, fault):
     env = make(faulty_fns(fault))
     # The workers' fault logs are unlinked as soon as the workers run: nothing to leak in /tmp.
-    assert len(env._engine.res.fault_logs) == 2 and not any(
-        os.path.exists(p) for _, p in env._engine.res.fault_logs
+    assert len(env._engine.transport.res.fault_logs) == 2 and not any(
+        os.path.exists(p) for _, p in env._engine.transport.res.fault_logs
     )
     env.reset()
     env.step(ACTIONS)
@@ -305,7 +305,7 @@ def test_crash_during_restart_reset_is_retried(no_leaks):
     # Env 3 dies at its third step; its rebuilt versions die in their first reset (the factories
     # kept for rebuilds are swapped after the start).
     env = make(faulty_fns("kill", at=3), on_crash="restart", max_restarts=3, restart_window=None)
-    env._engine.pool.worker_fns[1] = [
+    env._engine.transport.worker_fns[1] = [
         functools.partial(FaultyEnv),
         functools.partial(FaultyEnv, "kill", 1, "reset"),
     ]

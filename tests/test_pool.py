@@ -20,7 +20,7 @@ import pytest
 from gymnasium import spaces
 
 from shmvec import ClosedError, ShmVectorEnv
-from shmvec.engine.pool_rules import pool_workers
+from shmvec.engine.flights import pool_workers
 from shmvec.vector_pool import _BatchInfos
 from tests.envs import DictImageEnv, FaultyEnv
 from tests.helpers import assert_obs_equal
@@ -182,7 +182,8 @@ def test_envs_ascend_within_a_batch(no_leaks):
 
 
 def test_full_batch_step_and_recv_agree(no_leaks):
-    """batch_size == num_envs: step() still works, and recv() gives every env (uneven groups)."""
+    """batch_size == num_envs: step() still works, and recv() gives every env (uneven groups); step()
+    and send()/recv() mix, one batch at a time."""
     with closing(make([FAULTY] * 5, batch_size=5, n_workers=2)) as a, closing(make([FAULTY] * 5)) as b:
         a.async_reset(seed=0)
         obs, *_ = a.recv()
@@ -194,8 +195,12 @@ def test_full_batch_step_and_recv_agree(no_leaks):
         assert got[4]["env_id"].tolist() == [0, 1, 2, 3, 4]
         for x, y in zip(got[:4], want[:4]):
             assert_obs_equal(x, y)
-        with pytest.raises(RuntimeError, match=r"step\(\) after async_reset\(\)"):
-            a.step(actions)
+        # One engine behind both: once every env is received, step() continues where recv() left off.
+        for x, y in zip(a.step(actions)[:4], b.step(actions)[:4]):
+            assert_obs_equal(x, y)
+        a.send(actions)
+        with pytest.raises(RuntimeError, match=r"step_async\(\) called twice"):
+            a.step(actions)  # a send is in flight
         a.reset(seed=1)
         a.step(actions)
 
@@ -283,7 +288,6 @@ def test_refused_calls(no_leaks):
         ({"batch_size": 2, "autoreset_mode": "same_step"}, "needs autoreset_mode NEXT_STEP"),
         ({"batch_size": 2, "pool_order": "fifo"}, "pool_order must be one of"),
         ({"batch_size": 2, "n_workers": "auto"}, "n_workers='auto' does not apply to pool mode"),
-        ({"batch_size": 2, "backend": "ray"}, "pool mode .* runs on the local backend only, not 'ray'"),
     ],
 )
 def test_bad_pool_options(no_leaks, kwargs, message):

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from shmvec.procfs import ProcFiles, last_cpu
+from shmvec.procfs import ProcFiles
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="needs /proc")
 
@@ -38,11 +38,3 @@ def test_files_stay_open_and_are_closed_when_their_pid_is_not_asked_for_or_gone(
         child.wait()
         files.close()
     assert _fds() == before and files.read([]) == []
-
-
-def test_last_cpu_counts_fields_after_a_command_name_with_spaces_and_parentheses():
-    (text,) = ProcFiles("stat").read([os.getpid()]) or [b""]
-    assert last_cpu(text) in os.sched_getaffinity(0)
-    fields = " ".join(str(i) for i in range(3, 53))
-    assert last_cpu(f"42 (a) b) (c) {fields}".encode()) == 39  # field 39 is the 37th after the name
-    assert last_cpu(b"42 (cut") is None and last_cpu(b"") is None

@@ -26,7 +26,9 @@ from stable_baselines3.common.vec_env import DummyVecEnv  # noqa: E402
 from shmvec import CodecMismatchError, EnvTimeoutError, ShmVecEnv, ShmVectorEnv, WorkerCrashedError  # noqa: E402
 from tests.conftest import shm_segments  # noqa: E402
 from tests.envs import DictImageEnv, SlowStepEnv, make_dict_env  # noqa: E402
+from shmvec.restart import RESTARTED_KEY  # noqa: E402
 from tests.helpers import assert_obs_equal, assert_step_equal, sample_actions  # noqa: E402
+from tests.test_pool import FAULTY, check_trajectories, run_pool  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -123,11 +125,55 @@ def test_gymnasium_face_same_as_sync_vector_env(leaks):
                 assert_obs_equal(a, b, f"step {t} item {k}")
             assert got[4].keys() == exp[4].keys(), f"step {t} infos"
         assert venv.render()[0].shape == want.render()[0].shape
-        with pytest.raises(ValueError, match="runs on the local backend only, not backend='ray'"):
-            venv.async_reset()
     finally:
         venv.close()
         want.close()
+
+
+@pytest.mark.parametrize("order", ["first_ready", "deterministic"])
+def test_pool_mode_on_ray_steps_each_env_as_alone(leaks, order):
+    """Pool mode through the transport contract: every env's trajectory equals that env stepped
+    alone, whichever group comes back first."""
+    venv = ShmVectorEnv([FAULTY] * 4, batch_size=2, n_workers=2, backend="ray", pool_order=order)
+    try:
+        got, order_seen = run_pool(venv, 0, each=6)
+    finally:
+        venv.close()
+    check_trajectories(FAULTY, got)
+    assert all(len(ids) == 2 for ids in order_seen)
+
+
+@pytest.mark.parametrize("on_crash", ["raise", "restart"])
+def test_pool_mode_on_ray_killed_actor(leaks, on_crash):
+    """A killed actor in pool mode: raise mode closes with the crash naming worker and envs, as a
+    killed local worker does; restart mode ends its envs' episode (truncated, restart keys) in place
+    of the lost step and the other envs lose nothing."""
+    venv = ShmVectorEnv([FAULTY] * 4, batch_size=2, n_workers=2, backend="ray", on_crash=on_crash)
+    try:
+        venv.async_reset(seed=0)
+        for _ in range(4):
+            venv.recv()
+            venv.send(np.zeros(2, np.int64))
+        ray.kill(venv.actors[1])
+        if on_crash == "raise":
+            with pytest.raises(WorkerCrashedError, match=r"worker 1 \(pid \d+, envs 2\.\.3\), a Ray actor"):
+                for _ in range(8):
+                    venv.recv()
+                    venv.send(np.zeros(2, np.int64))
+            assert venv.closed
+            return
+        restarted = []
+        for _ in range(8):
+            _, rewards, _, truncs, infos = venv.recv()
+            ids = infos["env_id"].tolist()
+            if RESTARTED_KEY in infos:
+                marked = [i for pos, i in enumerate(ids) if infos[f"_{RESTARTED_KEY}"][pos]]
+                assert all(truncs[ids.index(i)] and rewards[ids.index(i)] == 0.0 for i in marked)
+                restarted += marked
+            venv.send(np.zeros(2, np.int64))
+        assert sorted(restarted) == [2, 3] and venv.n_restarts == 1
+    finally:
+        venv.close()
 
 
 def test_actors_spread_over_nodes(leaks):
@@ -136,7 +182,7 @@ def test_actors_spread_over_nodes(leaks):
     options = {"scheduling_strategy": "SPREAD", "num_cpus": 1}
     venv = ShmVecEnv([DICT32] * 4, n_workers=2, backend="ray", ray_options=options)
     try:
-        nodes = venv._eng.pool.nodes
+        nodes = venv._eng.transport.nodes
         assert len(set(nodes)) == 2, f"both actors on one node: {nodes}"
         assert {n["NodeID"] for n in ray.nodes()} == set(nodes)
     finally:

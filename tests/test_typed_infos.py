@@ -14,7 +14,7 @@ import pytest
 from stable_baselines3.common.vec_env import DummyVecEnv
 
 from shmvec import ShmVecEnv
-from shmvec.infos import InfoSchema, learn
+from shmvec.memory.infos import InfoSchema, learn
 from shmvec.restart import REASON_KEY, RESTARTED_KEY
 from tests import test_vector_env
 from tests.helpers import assert_obs_equal, sample_actions

@@ -8,18 +8,21 @@ Counts of polled waits and CPU time, not speed: what polling gains is measured b
 from __future__ import annotations
 
 import os
-import threading
+import select
 import time
 
 import numpy as np
 import psutil
 import pytest
 
-import shmvec.worker
+import shmvec.worker.loop
 from shmvec import ShmVecEnv, ShmVectorEnv
 from shmvec.engine.groups import usable_cpus
 from shmvec.engine.options import DEFAULT_SPIN_US, Options, resolve_spin
-from shmvec.waiting import CommandWait
+from shmvec.engine.startup import configure_message
+from shmvec.memory.doorbell import CHECK_PARENT_S, WorkerBell
+from shmvec.memory.ring import BELL_WORDS
+from shmvec.worker.waiting import CommandWait
 from tests.envs import TinyImageEnv
 from tests.test_equivalence import run_both
 
@@ -35,13 +38,19 @@ def pipe():
             pass
 
 
+def _readable(fd: int):
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return lambda: bool(poller.poll(0))
+
+
 def _round(waiting: CommandWait, r: int, w: int, delay: float) -> None:
     """One command, ``delay`` seconds after the last answer."""
     waiting.done()
     if delay:
         time.sleep(delay)
     os.write(w, b"x")
-    waiting.wait()
+    waiting(_readable(r))
     assert os.read(r, 1) == b"x"
     waiting.received()
 
@@ -49,7 +58,7 @@ def _round(waiting: CommandWait, r: int, w: int, delay: float) -> None:
 @pytest.mark.parametrize("spin_s,polled", [(0.5, 5), (0.0, 0)])
 def test_polls_while_commands_come_quickly_unless_the_budget_is_zero(pipe, spin_s, polled):
     r, w = pipe
-    waiting = CommandWait(r, spin_s=spin_s)
+    waiting = CommandWait(spin_s=spin_s)
     for _ in range(5):
         _round(waiting, r, w, 0.0)
     assert waiting.polled == polled
@@ -58,7 +67,7 @@ def test_polls_while_commands_come_quickly_unless_the_budget_is_zero(pipe, spin_
 
 def test_stops_polling_when_commands_come_slowly_and_starts_again(pipe):
     r, w = pipe
-    waiting = CommandWait(r, spin_s=0.002)
+    waiting = CommandWait(spin_s=0.002)
     _round(waiting, r, w, 0.0)
     for _ in range(3):
         _round(waiting, r, w, 0.03)  # a policy's forward pass between two steps
@@ -71,16 +80,20 @@ def test_stops_polling_when_commands_come_slowly_and_starts_again(pipe):
     assert waiting.polled > polled  # quick commands again: polling again
 
 
-def test_a_closed_pipe_ends_the_polling(pipe):
+def test_polling_is_bounded_and_a_closed_pipe_ends_the_wait(pipe):
+    """A worker whose main process is gone (its pipe hung up) stops waiting for commands: after its
+    polling budget, within the doorbell's parent check (CHECK_PARENT_S)."""
     r, w = pipe
-    waiting = CommandWait(r, spin_s=600.0)
-    waiting.done()
-    os.close(w)
-    worker = threading.Thread(target=waiting.wait, daemon=True)
-    worker.start()
-    worker.join(timeout=30)  # a hang check: without it the wait would poll for 10 minutes
-    assert not worker.is_alive()
-    assert os.read(r, 1) == b""
+    words = (np.zeros(BELL_WORDS, np.uint32), np.zeros((1, 4), np.uint32), np.zeros((1, 4), np.uint32))
+    wake = os.eventfd(0, os.EFD_NONBLOCK)
+    try:
+        bell = WorkerBell(words, 0, wake, r, CommandWait(spin_s=0.2))
+        os.close(w)
+        start = time.monotonic()
+        assert bell.wait() is None
+        assert time.monotonic() - start < 0.2 + CHECK_PARENT_S + 5
+    finally:
+        os.close(wake)
 
 
 def test_the_budget_is_checked_and_resolved():
@@ -95,8 +108,8 @@ def test_the_budget_is_checked_and_resolved():
             resolve_spin(bad, 1, "local")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="worker_spin_us applies to local worker processes"):
         resolve_spin(100, 1, "ray")
-    assert Options().checked(1).worker_options() == {"spin_us": DEFAULT_SPIN_US}
-    assert "spin_us" not in Options(worker_spin_us=0).checked(1).worker_options()
+    assert configure_message(Options().checked(1), None).spin_us == DEFAULT_SPIN_US  # type: ignore[union-attr]
+    assert configure_message(Options(worker_spin_us=0).checked(1), None) is None
 
 
 def test_bad_budget_is_refused_before_workers_start(no_leaks):
@@ -114,7 +127,7 @@ def _count_polls(monkeypatch, folder):
             super().received()
             (folder / f"{os.getpid()}").write_text(str(self.polled))
 
-    monkeypatch.setattr(shmvec.worker, "CommandWait", Counting)
+    monkeypatch.setattr(shmvec.worker.loop, "CommandWait", Counting)
 
 
 @pytest.mark.parametrize("spin_us,polls", [(None, True), (0, False)])

@@ -72,32 +72,3 @@ def test_refused_on_ray():
     with pytest.raises(ValueError, match="backend='ray'"):
         resolve_worker_cpus("auto", 2, "ray")
     assert resolve_worker_cpus(None, 2, "ray") is None
-
-
-@pytest.mark.parametrize("worker_cpus", [None, "auto"], ids=["unpinned", "pinned"])
-def test_a_step_is_sent_last_to_the_worker_on_the_main_threads_cpu(no_leaks, worker_cpus):
-    """Woken on the main thread's CPU, a worker preempts it: sent first, it would hold back the send
-    to the other. Unpinned, where each worker last ran is read from ``/proc/<pid>/stat``."""
-    if len(ALLOWED) < 2:
-        pytest.skip("needs 2 CPUs")
-    mine = os.sched_getaffinity(0)
-    venv = ShmVecEnv([CpuReportEnv] * 2, start_method="fork", n_workers=2, worker_cpus=worker_cpus)
-    try:
-        pool = venv._engine.pool
-        pids = [p.pid for p in pool.res.processes]
-        for pid, cpu in zip(pids, ALLOWED):  # unpinned: placed by the test, as the OS might have
-            os.sched_setaffinity(pid, {cpu})
-        venv.reset()
-        sent: list[int] = []
-        send = pool.send
-        pool.send = lambda w, *args: sent.append(w) or send(w, *args)  # type: ignore[method-assign]
-        for here, on_it in ((ALLOWED[0], 0), (ALLOWED[1], 1)):
-            os.sched_setaffinity(0, {here})
-            pool._sends = 0  # read the workers' CPUs at the next send, not up to 7 sends later
-            sent.clear()
-            for _ in range(3):
-                venv.step(np.zeros(2, dtype=np.int64))
-            assert sent == [1 - on_it, on_it] * 3, f"main thread on CPU {here}: sent in order {sent}"
-    finally:
-        os.sched_setaffinity(0, mine)
-        venv.close()

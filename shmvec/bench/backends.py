@@ -128,7 +128,7 @@ class PoolAdapter:
     @property
     def processes(self) -> list[Any]:
         """The worker processes."""
-        return list(self._env._eng.res.processes)
+        return list(self._env._eng.transport.processes)
 
     def seed(self, seed: int | None = None) -> None:
         """Seed for the next :meth:`reset` (env ``i`` gets ``seed + i``)."""

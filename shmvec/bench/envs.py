@@ -14,7 +14,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from shmvec.process import quiet_ale_banner
+from shmvec.worker.process import quiet_ale_banner
 
 
 def _make_registered(env_id: str, kwargs: dict[str, Any]) -> gym.Env:

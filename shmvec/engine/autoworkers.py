@@ -45,8 +45,8 @@ from typing import TYPE_CHECKING, Any
 import gymnasium as gym
 
 from shmvec.engine.groups import usable_cpus
-from shmvec.envapi import make_env
-from shmvec.protocol import Command
+from shmvec.wire import messages as m
+from shmvec.worker.envapi import make_env
 
 if TYPE_CHECKING:
     from shmvec.engine.options import Options
@@ -113,33 +113,36 @@ def _timed(env_fn: Callable[[], gym.Env]) -> gym.Env:
     return _Timed(make_env(env_fn))
 
 
+Builder = Callable[..., Any]  # shmvec.engine.build.build, passed in: build resolves "auto" through here
+
+
 def probe(
-    env_fns: Sequence[Callable[[], gym.Env]], start_method: str | None, options: Options
+    env_fns: Sequence[Callable[[], gym.Env]], start_method: str | None, options: Options, build: Builder
 ) -> Probe | None:
     """Step ``env_fns[0]`` alone in one throwaway worker and measure it; None where the kernel's
     scheduler counters cannot be read."""
     if _queued_s() is None:
         return None
-    from shmvec.engine.core import Engine  # here: core resolves "auto" through this module
-
     one = replace(
         options, n_workers=1, codec=None, n_slots=None, copy=True, on_crash="raise", check_finite=False
     )
-    engine = Engine(
-        [functools.partial(_timed, env_fns[0])], start_method, one, owner="n_workers='auto' probe"
-    )
+    engine = build([functools.partial(_timed, env_fns[0])], start_method, one, owner="n_workers='auto' probe")
+
+    def totals() -> tuple[int, float, float, float]:
+        return engine.call(lambda local: m.GetAttr(local, "probe_totals"), [0])[0]
+
     try:
         space = engine.action_space
         space.seed(0)
         engine.reset([None], [{}])
-        engine.step_async([space.sample()])
-        engine.step_wait()  # warm-up: first steps touch fresh pages
-        before = engine.call(Command.GET_ATTR, [0], "probe_totals")[0]
+        engine.send([space.sample()])
+        engine.recv()  # warm-up: first steps touch fresh pages
+        before = totals()
         start = time.perf_counter()
         while True:
-            engine.step_async([space.sample()])
-            engine.step_wait()
-            n, wall, cpu, queued = engine.call(Command.GET_ATTR, [0], "probe_totals")[0]
+            engine.send([space.sample()])
+            engine.recv()
+            n, wall, cpu, queued = totals()
             if time.perf_counter() - start >= PROBE_SECONDS and n - before[0] >= PROBE_MIN_STEPS:
                 break
     finally:
@@ -148,7 +151,7 @@ def probe(
 
 
 def resolve_auto(
-    options: Options, env_fns: Sequence[Callable[[], gym.Env]], start_method: str | None
+    options: Options, env_fns: Sequence[Callable[[], gym.Env]], start_method: str | None, build: Builder
 ) -> Options:
     """``options`` with ``n_workers="auto"`` replaced by the chosen count (unchanged otherwise).
 
@@ -162,6 +165,6 @@ def resolve_auto(
     n_envs, cpus = len(env_fns), usable_cpus()
     if n_envs <= cpus:  # no other count is possible: one worker per env
         return replace(options, n_workers=max(n_envs, 1))
-    measured = probe(env_fns, start_method, options)
+    measured = probe(env_fns, start_method, options, build)
     chosen = min(n_envs, cpus) if measured is None else choose_workers(n_envs, cpus, measured.busy_fraction)
     return replace(options, n_workers=chosen)

@@ -1,172 +1,125 @@
-"""The engine: envs in worker processes, observations in a shared-memory ring, no SB3 anywhere.
+"""The engine: envs in workers, observations in a shared-memory ring, three primitives.
 
-A face (:class:`shmvec.ShmVecEnv` for SB3, :class:`shmvec.ShmVectorEnv` for Gymnasium) turns what
-the engine returns into its library's conventions. The engine starts the workers, lays out the
-ring, sends commands and reads batches; what goes wrong is raised as the errors of
-:mod:`shmvec.errors` (raise mode) or handed to the restart supervisor (restart mode).
+``send(actions, env_ids)`` gives envs their next actions, ``recv()`` returns the next batch,
+``reset()`` resets every env (``async_reset()`` without waiting). A synchronous step is
+``send(actions) + recv()`` with every env: the same path as pool mode's partial batches
+(``batch_size < num_envs``); only how a batch is read differs (lent from one ring slot, or gathered
+from several: :mod:`shmvec.engine.reading`). The engine reaches its workers through a transport
+(:mod:`shmvec.transports.base`), asks the fault policy (:func:`shmvec.engine.faults.judge`) what an
+outcome means and carries the verdict out: raise, or rebuild workers
+(:mod:`shmvec.engine.recovery`). A face (:class:`shmvec.ShmVecEnv`, :class:`shmvec.ShmVectorEnv`)
+turns batches into its library's conventions.
 """
 
 from __future__ import annotations
 
+import multiprocessing
 import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import gymnasium as gym
 import numpy as np
-from gymnasium import spaces
 
-from shmvec._start_methods import exit_if_reimported_main
-from shmvec.engine.autoworkers import resolve_auto
-from shmvec.engine.batch import StepBatch
+from shmvec.engine import startup
+from shmvec.engine.batch import Batch
+from shmvec.engine.faults import Phase, Verdict, judge
+from shmvec.engine.flights import FIRST_READY, Flights
 from shmvec.engine.groups import by_worker, split_envs, usable_cpus
-from shmvec.engine.options import Options, context, pool_class
-from shmvec.engine.outcomes import recovering, settle
-from shmvec.engine.reader import Reader
+from shmvec.engine.options import Options
+from shmvec.engine.reading import BatchReader
+from shmvec.engine.recovery import Ended, Recovery
 from shmvec.engine.slots import Slots
 from shmvec.engine.supervisor import Supervisor
-from shmvec.engine.typed_infos import TypedInfos, columns_for
-from shmvec.errors import ClosedError, EnvTimeoutError
-from shmvec.failures import env_error
-from shmvec.layout import Leaf, array_action_leaf, leaves
+from shmvec.errors import ClosedError
 from shmvec.openmp import PolicyThreads
-from shmvec.protocol import Command
-from shmvec.restart import Fault
-from shmvec.ring import Ring
-from shmvec.transports.local import WorkerPool
+from shmvec.transports.base import Outcome, Transport
+from shmvec.wire import messages as m
 
 
 class Engine:
-    """Steps ``len(env_fns)`` envs in ``n_workers`` processes; see :class:`shmvec.ShmVecEnv` for the
-    parameters (they mean the same here).
+    """Steps ``len(env_fns)`` envs in ``options.n_workers`` workers; see :class:`shmvec.ShmVecEnv`
+    for the options (they mean the same here). Built by :func:`shmvec.engine.build.build`.
 
-    :param env_fns: callables that each create one env.
-    :param start_method: multiprocessing start method (default: forkserver where available).
-    :param options: see :class:`~shmvec.engine.options.Options` (default: all defaults).
+    :param n_envs: the number of envs.
+    :param options: checked options (:meth:`Options.checked`).
+    :param transport: what reaches the workers (not started yet).
     :param owner: the face's class name, for messages.
+    :param batch_size: envs per :meth:`recv` (default: every env).
+    :param order: pool mode's batch order (:data:`~shmvec.engine.flights.FIRST_READY` or
+        ``"deterministic"``).
+    :param info_form: ``"dicts"`` (typed infos merged into each env's dict, SB3's form) or
+        ``"arrays"`` (left as columns over the batch, Gymnasium's form).
     """
 
     def __init__(
         self,
-        env_fns: Sequence[Callable[[], gym.Env]],
-        start_method: str | None = None,
-        options: Options | None = None,
+        n_envs: int,
+        options: Options,
+        transport: Transport,
         owner: str = "ShmVecEnv",
+        batch_size: int | None = None,
+        order: str = FIRST_READY,
+        info_form: str = "dicts",
     ) -> None:
-        # A worker re-importing a main script without the __main__ guard stops here with one line.
-        exit_if_reimported_main()
         self.closed = True  # until start-up succeeds, close() has nothing of ours to do
         self.closed_by_close = False  # close() was called while open (else a failure closed it)
         self._openmp: PolicyThreads | None = None
-        self.waiting = False
-        self.owner = owner
-        env_fns = list(env_fns)
-        n_envs = len(env_fns)
-        if n_envs < 1:
-            raise ValueError(f"{owner} needs at least one env factory")
-        if not all(callable(fn) for fn in env_fns):
-            raise TypeError("env_fns must be callables that each create an env (e.g. lambda: gym.make(id))")
-        opts = resolve_auto(options or Options(), env_fns, start_method).checked(n_envs)
-        assert isinstance(opts.n_workers, int) and opts.n_slots is not None
-        env_fns = opts.env_fns(env_fns)
-        self.start_method, ctx = context(start_method)
-        self.options = opts
+        self.owner, self.options = owner, options
         self.num_envs = n_envs
-        self.restart = opts.on_crash == "restart"
-        self.same_step = opts.autoreset == "same_step"
-        self.worker_envs: list[range] = split_envs(n_envs, opts.n_workers)
-        self.n_workers = opts.n_workers
-        self.supervisor = Supervisor(self, opts.budget(), n_envs)
-        self.slots = Slots(opts.n_slots, opts.copy)
-        self._stepping: list[int] = list(range(self.n_workers))
-        self._posted_faults: list[Fault] = []
-        # The local WorkerPool, or the Ray transport with the same interface (backend="ray").
-        self.pool: WorkerPool = pool_class(opts.backend, opts.ray_options)(
-            ctx,
-            self.start_method,
-            self.worker_envs,
-            env_fns,
-            opts.worker_threads,
-            opts.timeout,
-            opts.isolate_rng,
-            opts.worker_cpus,
-        )
-        self.res = self.pool.res
-        self._finalizer = weakref.finalize(self, self.res.release)
-        self._openmp = PolicyThreads(usable_cpus(), self.res.processes) if opts.pause_openmp else None
+        assert isinstance(options.n_workers, int) and options.n_slots is not None
+        self.n_workers = options.n_workers
+        self.restart = options.on_crash == "restart"
+        self.same_step = options.autoreset == "same_step"
+        self.worker_envs: list[range] = split_envs(n_envs, self.n_workers)
+        self.start_method = "fork"  # the start method build() resolved (set by it)
+        self.flights = Flights(self.worker_envs, batch_size or n_envs, order)
+        self._every_id = np.arange(n_envs, dtype=np.int32)
+        self.supervisor = Supervisor(options.budget(), self.worker_envs)
+        self.slots = Slots(options.n_slots, options.copy, self.n_workers)
+        self.transport = transport
+        self._finalizer = weakref.finalize(self, transport.close)
+        self.closed = False
         try:
-            self.observation_space, self.action_space = self._launch(range(self.n_workers))
-            self.obs_leaves: list[Leaf] = leaves(self.observation_space)
-            codecs = opts.leaf_codecs(self.obs_leaves)
-            action_leaf = array_action_leaf(self.action_space)
-            # Ray actors send their infos pickled in the step's one return value anyway: no columns.
-            columns = columns_for(opts.info_keys) if opts.backend == "local" else 0
-            ring = self.res.ring = Ring.create(
-                self.obs_leaves, n_envs, opts.n_slots, action_leaf, codecs, columns
-            )
-            self.typed_infos = TypedInfos(opts.info_keys, ring)
-            self.closed = False
-            self._attach_payload = (ring.spec, codecs, opts.verify_every)
-            self._attach(range(self.n_workers))
-            self.reader = self.res.reader = Reader(
-                self.obs_leaves,
-                ring,
-                codecs,
-                self.slots,
-                opts.copy,
-                opts.tolerance,
-                opts.decode_threads_for(codecs),
-            )
+            env_spaces = startup.start(transport, range(self.n_workers), self.worker_envs)
+            self.layout = layout = startup.lay_out(env_spaces, options, self.slots, self.n_workers)
+            transport.bind(layout.ring)
+            self.attach_msg = m.Attach(layout.ring.spec, layout.codecs, options.verify_every)
+            outcome = startup.attach(transport, range(self.n_workers), *self.messages())
+            self.carry_out(judge(outcome, False, Phase.START_UP, self.worker_envs), Phase.START_UP)
         except BaseException:
             self.give_up()
             raise
-        self.ring = ring
+        self.observation_space, self.action_space = layout.observation_space, layout.action_space
+        self.obs_leaves, self.ring, self.reader, self.typed_infos = (
+            layout.obs_leaves,
+            layout.ring,
+            layout.reader,
+            layout.typed,
+        )
+        self.recovery = Recovery(transport, self.supervisor, self.ring, self.reader, self.messages)
+        arrays = info_form == "arrays"
+        self.reading = BatchReader(
+            layout, self.slots, self.worker_envs, batch_size or n_envs, self.same_step, options.copy, arrays
+        )
+        if options.pause_openmp:
+            self._openmp = PolicyThreads(usable_cpus(), transport.processes)
 
-    # ------------------------------------------------------------------ workers up and down
+    def messages(self) -> tuple[m.Attach, m.Configure | None]:
+        """What a (re)started worker is sent once its envs exist."""
+        columns = self.layout.typed.columns
+        return self.attach_msg, startup.configure_message(
+            self.options, None if columns is None else columns.schema
+        )
 
-    def _launch(self, workers: Sequence[int]) -> tuple[spaces.Space, spaces.Space]:
-        """Start ``workers`` and wait until their envs exist; the spaces they agree on."""
-        for w in workers:
-            self.pool.start(w)
-        outcome = self.pool.started(workers, stop_on_fault=True)
-        settle(self, outcome, Command.MAKE_ENV)
-        env_spaces = [s for (_, per_worker) in outcome.results for s in per_worker]
-        obs_space, act_space = env_spaces[0]
-        for i, (o, a) in enumerate(env_spaces):
-            if o != obs_space or a != act_space:
-                raise ValueError(
-                    f"all envs must have the same spaces: env {i} has observation space {o} and action "
-                    f"space {a}, env 0 has {obs_space} and {act_space}"
-                )
-        return obs_space, act_space
-
-    def _attach(self, workers: Sequence[int]) -> None:
-        """Map the ring in ``workers`` and send them their options."""
-        self.call_workers(Command.ATTACH, [self._attach_payload] * len(workers), workers)
-        options = {**self.options.worker_options(), **self.typed_infos.worker_options()}
-        if options:
-            self.call_workers(Command.CONFIGURE, [options] * len(workers), workers, "attach")
-
-    def relaunch(self, w: int) -> Fault | None:
-        """Restart mode: replace worker ``w`` and attach the new one; the fault if that failed."""
-        self.pool.replace(w)
-        outcome = self.pool.started([w], stop_on_fault=False)
-        failure = outcome.faults or [self.env_fault(w, e) for w, e in outcome.errors.items()]
-        if not failure:
-            self._attach([w])
-            self.reader.restart(self.worker_envs[w])
-        return failure[0] if failure else None
+    # ------------------------------------------------------------------ lifecycle and faults
 
     def give_up(self, graceful: bool = True) -> None:
         """The one teardown path: stop the workers, free the ring, mark closed. Idempotent."""
         self.closed = True
-        self.waiting = False
         if self._openmp is not None:
             self._openmp.close()
-        if graceful:
-            self._finalizer()
-        elif self._finalizer.detach() is not None:
-            self.res.release(graceful=False)
+        if self._finalizer.detach() is not None:
+            self.transport.close(graceful)
 
     def close(self) -> None:
         """The user's ``close()``: :meth:`give_up`, remembered so a later :class:`ClosedError` says so."""
@@ -174,66 +127,237 @@ class Engine:
             self.closed_by_close = True
         self.give_up()
 
-    def pause_policy_threads(self, overlapped: bool = False) -> None:
-        """Call right before sending steps: the calling thread's idle OpenMP pool (the policy's)
-        ends its threads at once when the workers need the cores (``pause_openmp``; else nothing).
-        ``overlapped``: pool mode, where these steps run while the policy does (no pause)."""
-        if self._openmp is not None:
-            self._openmp.before_step(overlapped)
-
-    def steps_received(self) -> None:
-        """Call when the replies to the steps sent are in (pool mode: a batch's): what the workers
-        needed meanwhile decides later pauses (see :class:`~shmvec.openmp.PolicyThreads`)."""
-        if self._openmp is not None:
-            self._openmp.after_step()
-
     def check_open(self) -> None:
+        """:raises ClosedError: once the engine is closed."""
         if self.closed:
             raise ClosedError.because(self.owner, self.closed_by_close)
 
-    # ------------------------------------------------------------------ commands
+    @property
+    def waiting(self) -> bool:
+        """Whether steps were sent whose batch was not received yet."""
+        return not self.closed and not self.flights.idle
 
-    def env_fault(self, w: int, err: Any) -> Fault:
-        """The fault that rebuilds worker ``w`` (restart mode) after its env raised ``err``."""
-        error = env_error(err, w, self.worker_envs[w])
-        return Fault(w, error.args[0], error)
+    def carry_out(self, verdict: Verdict, phase: Phase) -> list[int]:
+        """Do what the fault policy said: close and raise, or rebuild workers (restart mode; their
+        envs end their episode at their next step). The workers rebuilt."""
+        if verdict.close:
+            self.give_up(graceful=verdict.graceful)
+        rebuilt: list[int] = []
+        if verdict.rebuild:
+            rebuilt, error = self.recovery.rebuild(verdict.rebuild)
+            if error is not None:
+                self.give_up()
+                raise error
+        if verdict.error is not None:
+            raise verdict.error
+        return rebuilt
 
-    def call_workers(
-        self,
-        cmd: Command,
-        payloads: Sequence[Any],
-        workers: Sequence[int] | None = None,
-        label: str | None = None,
-    ) -> list[Any]:
-        """Send ``cmd`` to each of ``workers`` (default all) and return their results in that order;
-        raise (raise mode) or rebuild (restart mode) for what failed. ``label``: the command's name
-        in errors (default: its own)."""
-        workers = list(range(self.n_workers)) if workers is None else list(workers)
-        label = label or cmd.value
-        outcome = self.pool.call(cmd, payloads, workers, label, stop_on_fault=not recovering(self, cmd))
-        settle(self, outcome, cmd)
-        return outcome.results
+    # ------------------------------------------------------------------ env calls
 
-    def call(self, cmd: Command, indices: Sequence[int], *args: Any) -> list[Any]:
-        """Run an env command (``get_attr``, ``env_method``...) on envs ``indices``; one result each.
+    def call(self, command: Callable[[list[int]], m.Command], indices: Sequence[int]) -> list[Any]:
+        """Run an env call on envs ``indices`` (``command(local indices)`` builds each worker's
+        message); one result per index.
 
-        :param args: the payload after the local indices, e.g. ``(name,)`` or ``(name, value)``.
+        :raises RuntimeError: while steps are in flight (their replies would be read as this call's).
         """
         self.check_open()
-        if self.waiting:
-            raise RuntimeError(f"{cmd.value} called while a step is pending: call step_wait() first")
+        flights = self.flights
+        if flights.busy or flights.pending:
+            name = command([]).label.split(":")[0]
+            raise RuntimeError(
+                f"{name}() called while envs are stepping (workers {sorted(flights.busy)}): receive them "
+                "first (step_wait() or recv()), or reset()"
+            )
         plan = by_worker(indices, self.worker_envs)
-        label = cmd.label((None, *args))
-        replies = self.call_workers(
-            cmd, [(local, *args) for _, (local, _) in plan], [w for w, _ in plan], label
-        )
+        replies = self.ask([w for w, _ in plan], [command(local) for _, (local, _) in plan], Phase.CALL)
         out: list[Any] = [None] * len(indices)
-        for (_, (_, positions)), values in zip(plan, replies):
-            for pos, value in zip(positions, values or ()):
+        for w, (_, positions) in plan:
+            reply = replies.get(w)
+            values = reply.values if isinstance(reply, m.Returned) and reply.values is not None else ()
+            for pos, value in zip(positions, values):
                 out[pos] = value
         return out
 
-    # ------------------------------------------------------------------ reset and step
+    def ask(self, workers: Sequence[int], commands: m.Command | Sequence[m.Command], phase: Phase) -> dict:
+        """Send one command to each of ``workers``, wait for all of them and carry out the verdict;
+        worker -> reply."""
+        faults = self.transport.post(workers, commands)
+        failed = {f.worker for f in faults}
+        waited = [w for w in workers if w not in failed]
+        outcome = self.transport.wait(waited, len(waited))
+        outcome.faults = sorted(outcome.faults + faults, key=lambda f: f.worker)
+        self.carry_out(judge(outcome, self.restart, phase, self.worker_envs), phase)
+        return outcome.results
+
+    def render_all(self) -> list[Any]:
+        """``env.render()`` of every env, in env order."""
+        return self.call(m.Render, range(self.num_envs))
+
+    # ------------------------------------------------------------------ send
+
+    def send(self, actions: Any, env_ids: Any = None) -> None:
+        """Give envs ``env_ids`` (None: every env, in order) their next actions; a worker's group
+        steps once all of its envs have one. ``actions`` may be reused by the caller afterwards.
+
+        :raises ValueError: for a bad ``env_ids`` or action count, or an env still stepping.
+        :raises RuntimeError: ``env_ids=None`` while steps are in flight.
+        """
+        self.check_open()
+        flights, ring = self.flights, self.ring
+        every = env_ids is None
+        if every and not flights.idle:
+            raise RuntimeError("step_async() called twice without step_wait() (or send() before recv())")
+        ids = None if every else flights.check_ids(env_ids)
+        want = self.num_envs if ids is None else len(ids)
+        try:
+            given = len(actions)
+        except TypeError:
+            raise TypeError(
+                f"actions must be a sequence of {want} actions (one per env, e.g. an array of shape "
+                f"({want}, ...)), got {type(actions).__name__}"
+            ) from None
+        if given != want:
+            raise ValueError(
+                f"expected {want} actions (one per env{'' if every else ' of env_ids'}), got {given}"
+            )
+        in_ring = ring.takes_actions(actions)
+        if ids is None:
+            if in_ring:
+                np.copyto(ring.actions, actions)  # type: ignore[arg-type]
+            workers = list(range(self.n_workers))
+            per_worker = None if in_ring else [actions[g.start : g.stop] for g in self.worker_envs]
+            self._post_steps(workers, per_worker, every=True)
+            return
+        if in_ring:
+            ring.actions[ids] = actions  # type: ignore[index]
+        workers = flights.stage(ids, actions, in_ring)
+        if not workers:
+            return
+        staged = [flights.pending.pop(w) for w in workers]
+        per_worker = None if in_ring else [[a for _, a in sorted(p.items())] for p in staged]
+        self._post_steps(workers, per_worker, every=False)
+
+    def _post_steps(self, workers: list[int], actions: list[Any] | None, every: bool) -> None:
+        flights, needs_reset = self.flights, self.supervisor.needs_reset
+        schema = self.reading.learned
+        if schema is not None and not flights.busy and not flights.ready:
+            # Learned from the last batch's infos: every worker writes those values into the ring's
+            # typed columns from now on (a worker rebuilt meanwhile gets it when it attaches).
+            self.reading.learned = None
+            self.ask(range(self.n_workers), m.Configure(info_schema=schema), Phase.STEP)
+        if every:
+            slot = self.slots.advance_all()
+            if self.restart:
+                self.reader.keep_previous()
+            slots = [slot] * len(workers)
+        else:
+            slots = [self.slots.advance(w) for w in workers]
+        posted, commands = [], []
+        for k, w in enumerate(workers):
+            step = m.Step(slots[k], None if actions is None else list(actions[k]))
+            if w in needs_reset:
+                # Restart mode: rebuilt since its last step, its envs are fresh and not reset: they
+                # end their episode in this step instead of stepping.
+                flights.ready[w] = (step, m.Restarted(self.recovery.reason(w)))
+                continue
+            posted.append(w)
+            commands.append(step)
+        if not posted:
+            return
+        # Before sending: idle policy threads free the workers' cores when they need them, unless
+        # the next batch can come from other envs and these step while the policy runs.
+        self.pause_policy_threads(overlapped=len(flights.ready) + len(flights.busy) >= flights.per_batch)
+        one = every and actions is None and len(posted) == self.n_workers
+        faults = self.transport.post(
+            range(self.n_workers) if one else posted, commands[0] if one else commands
+        )
+        flights.busy.update(zip(posted, commands))
+        if faults:
+            self.land(Outcome(faults=faults))
+
+    # ------------------------------------------------------------------ recv
+
+    def recv(self, limit: float | None = None) -> Batch:
+        """Wait for the next batch and read it out of the ring.
+
+        :param limit: seconds to wait at most (None: as long as it takes); past it,
+            ``multiprocessing.TimeoutError`` is raised and the steps stay in flight.
+        :raises RuntimeError: when too few envs are stepping to fill a batch (a hang otherwise).
+        """
+        self.check_open()
+        flights = self.flights
+        while True:
+            workers = flights.choose()
+            if workers is not None:
+                break
+            awaited, need = flights.awaited()
+            outcome = self.transport.wait(awaited, need, limit)
+            if limit is not None and not (outcome.finished or outcome.faults):
+                raise multiprocessing.TimeoutError(f"the next batch did not arrive within {limit:g} s")
+            self.land(outcome)
+        arrived = [flights.ready.pop(w) for w in workers]
+        self.steps_received()
+        restarted = {
+            w: (self.slots.slot[w], reply.reason)
+            for w, (_, reply) in zip(workers, arrived)
+            if isinstance(reply, m.Restarted)
+        }
+        ended = Ended()
+        if restarted:
+            whole = self.reading.whole(workers, arrived)
+            ended, error = self.recovery.end_episodes(restarted, self.same_step and whole)
+            if error is not None:
+                self.give_up()
+                raise error
+        batch = self.reading.read(workers, arrived, ended)
+        flights.last_ids = self._every_id if batch.env_ids is None else batch.env_ids
+        return batch
+
+    def land(self, outcome: Outcome) -> None:
+        """Record what a wait brought in, and carry out the verdict on what went wrong."""
+        flights = self.flights
+        for w, reply in outcome.results.items():
+            flights.ready[w] = (flights.busy.pop(w), reply)
+        failed = list(outcome.errors) + [f.worker for f in outcome.faults]
+        sent = {w: flights.busy.pop(w, m.Step(self.slots.slot[w])) for w in failed}
+        phase = Phase.RESET if any(isinstance(c, m.Reset) for c in sent.values()) else Phase.STEP
+        verdict = judge(outcome, self.restart, phase, self.worker_envs)
+        if verdict.error is not None and not verdict.close and outcome.errors and phase is Phase.STEP:
+            # An env raised mid-step: the frames its worker (and, for a whole batch, every worker)
+            # encoded will never be decoded.
+            if flights.every:
+                self.drain()
+                self.recovery.resync(range(self.n_workers))
+            else:
+                self.recovery.resync(sorted(outcome.errors))
+        for w in self.carry_out(verdict, phase):
+            cmd = sent.get(w, m.Step(self.slots.slot[w]))
+            if isinstance(cmd, m.Reset):
+                reply, error = self.recovery.retry_reset(w, cmd)
+                if error is not None:
+                    self.give_up()
+                    raise error
+                flights.ready[w] = (cmd, reply)
+            else:
+                flights.ready[w] = (cmd, m.Restarted(self.recovery.reason(w)))
+
+    def drain(self) -> None:
+        """Wait for every step in flight and drop what was not received (before a reset, or after
+        a synchronous batch failed)."""
+        flights = self.flights
+        while flights.busy:
+            busy = sorted(flights.busy)
+            outcome = self.transport.wait(busy, len(busy))
+            for w in [*outcome.results, *outcome.errors, *(f.worker for f in outcome.faults)]:
+                flights.busy.pop(w, None)
+            if outcome.faults:
+                self.carry_out(
+                    judge(Outcome(faults=outcome.faults), self.restart, Phase.STEP, self.worker_envs),
+                    Phase.STEP,
+                )
+        flights.clear()
+
+    # ------------------------------------------------------------------ reset
 
     def reset(
         self,
@@ -244,161 +368,80 @@ class Engine:
         """Reset the envs (all, or those where ``mask`` is True) with one seed each and the keyword
         arguments of ``kwargs`` (``{"options": ...}`` or ``{}``: the face's convention); the
         observation leaves of the batch (envs not reset keep their last observation) and the reset
-        infos (None for envs not reset)."""
+        infos (None for envs not reset). Steps in flight are waited for and dropped first."""
         self.check_open()
-        if self.waiting:
-            raise RuntimeError("reset() called while a step is pending: call step_wait() first")
-        slot = self.slots.advance()
+        self.drain()
+        slot = self.slots.advance_all()
         if self.restart or mask is not None:
             self.reader.keep_previous()
-        groups = self.worker_envs
-        payloads = [
-            (
+        self.supervisor.note_seeds(seeds)
+        workers = list(range(self.n_workers))
+        commands = [
+            m.Reset(
                 slot,
                 list(seeds[g.start : g.stop]),
                 list(kwargs[g.start : g.stop]),
-                None if mask is None else list(mask[g.start : g.stop]),
+                None if mask is None else [bool(x) for x in mask[g.start : g.stop]],
             )
-            for g in groups
+            for g in self.worker_envs
         ]
-        self.supervisor.note_seeds(seeds)
-        replies, faults = self.reset_workers(list(range(self.n_workers)), payloads)
-        if faults:
-            replies = [*replies]
-            for w, infos in self.supervisor.retry_reset(faults, payloads).items():
-                replies[w] = infos
+        for w, c in zip(workers, commands):
+            self.flights.busy[w] = c
+        faults = self.transport.post(workers, commands)
+        done = self.transport.wait(
+            [w for w in workers if w not in {f.worker for f in faults}], self.n_workers
+        )
+        done.faults = sorted(done.faults + faults, key=lambda f: f.worker)
+        self.land(done)
+        replies = [self.flights.ready.pop(w, (None, None))[1] for w in workers]
+        self.flights.clear()
         self.supervisor.needs_reset.clear()
         only = None if mask is None else np.flatnonzero(mask)
         arrays, _ = self.reader.read(slot, (), is_step=False, only=only)
-        return arrays, [info for infos in replies for info in infos]
+        self.reading.gather.after_reset(arrays)
+        infos = [i for r in replies for i in (r.infos if isinstance(r, m.ResetDone) else [None])]
+        return arrays, infos
 
-    def step_async(self, actions: Any) -> None:
-        """Send one action per env. ``actions`` may be reused by the caller afterwards.
-
-        :raises ValueError: if the number of actions is not ``num_envs``.
-        """
+    def async_reset(self, seeds: Sequence[int | None], kwargs: Sequence[dict[str, Any]]) -> None:
+        """Reset every env without waiting (seeds and keyword arguments as for :meth:`reset`); the
+        reset observations come back through :meth:`recv`, a batch at a time."""
         self.check_open()
-        if self.waiting:
-            raise RuntimeError("step_async() called twice without step_wait()")
-        try:
-            n = len(actions)
-        except TypeError:
-            raise TypeError(
-                f"actions must be a sequence of {self.num_envs} actions (one per env, e.g. an array of "
-                f"shape ({self.num_envs}, ...)), got {type(actions).__name__}"
-            ) from None
-        if n != self.num_envs:
-            raise ValueError(f"expected {self.num_envs} actions (one per env), got {n}")
-        in_ring = self.ring.takes_actions(actions)  # n == num_envs was checked above
-        if in_ring:
-            np.copyto(self.ring.actions, actions)  # type: ignore[arg-type]
-        slot = self.slots.advance()
-        if self.restart:
-            self.reader.keep_previous()
-        # Restart mode: a worker rebuilt since the last step has fresh envs that are not reset yet;
-        # step_wait resets them instead of stepping them.
-        needs_reset = self.supervisor.needs_reset
-        stepping = [w for w in range(self.n_workers) if w not in needs_reset]
-        self.pause_policy_threads()
-        groups = self.worker_envs
-        payloads = [(slot, None if in_ring else actions[groups[w].start : groups[w].stop]) for w in stepping]
-        faults = self.pool.post(Command.STEP, payloads, stepping, "step", stop_on_fault=not self.restart)
-        if faults and not self.restart:
-            self.give_up(graceful=not isinstance(faults[0].error, EnvTimeoutError))
-            raise faults[0].error
-        # Restart mode: step_wait rebuilds the workers that could not take the step.
-        self._posted_faults = faults
-        failed = {f.worker for f in faults}
-        self._stepping = [w for w in stepping if w not in failed]
-        self.waiting = True
+        self.drain()
+        self.supervisor.note_seeds(seeds)
+        ring, commands = self.ring, []
+        for w, g in enumerate(self.worker_envs):
+            self.supervisor.needs_reset.pop(w, None)
+            slot = self.slots.advance(w)
+            # A reset writes observations only: its rows read as reward 0, not done.
+            ring.rewards[slot, g.start : g.stop] = 0.0
+            ring.terminated[slot, g.start : g.stop] = False
+            ring.truncated[slot, g.start : g.stop] = False
+            commands.append(m.Reset(slot, list(seeds[g.start : g.stop]), list(kwargs[g.start : g.stop])))
+        workers = list(range(self.n_workers))
+        self.flights.busy.update(zip(workers, commands))
+        faults = self.transport.post(workers, commands)
+        if faults:
+            self.land(Outcome(faults=faults))
 
-    def step_wait(self) -> StepBatch:
-        """Wait for the step sent by :meth:`step_async` and read its batch."""
-        self.check_open()
-        if not self.waiting:
-            raise RuntimeError("step_wait() called without step_async()")
-        slot = self.slots.current
-        outcome = self.pool.gather(self._stepping, "step", stop_on_fault=not self.restart)
-        self.steps_received()
-        outcome.faults = sorted(outcome.faults + self._posted_faults, key=lambda f: f.worker)
-        faults = settle(self, outcome, Command.STEP)
-        self.waiting = False
-        infos: dict[int, dict[str, Any]] = {}
-        reset_infos: dict[int, dict[str, Any]] = {}
-        replied: list[range] = []
-        for w, reply in zip(self._stepping, outcome.results):
-            first = self.worker_envs[w].start
-            if reply is not None:
-                replied.append(self.worker_envs[w])
-            for i, info, reset_info in reply or ():
-                if info:
-                    infos[first + i] = info
-                if reset_info is not None:
-                    reset_infos[first + i] = reset_info
-        schema = self.typed_infos.read(slot, replied, infos)
-        if schema:
-            # Learned from this step's infos: once for every worker. A worker that cannot take it
-            # keeps sending whole infos, and its death shows at the next step as usual.
-            self.pool.call(Command.CONFIGURE, [schema] * self.n_workers, range(self.n_workers), "step", False)
-        rewards, terminated, truncated = (
-            self.ring.rewards[slot],
-            self.ring.terminated[slot],
-            self.ring.truncated[slot],
-        )
-        restarted: dict[int, list[np.ndarray]] = {}
-        carried: list[int] = []
-        if faults or self.supervisor.needs_reset:
-            self.supervisor.rebuild(faults)
-            restarted, restart_infos = self.supervisor.end_episodes(slot, self.same_step)
-            for i, (info, reset_info) in restart_infos.items():
-                infos[i] = info
-                if reset_info is not None:
-                    reset_infos[i] = reset_info
-            if not self.same_step:
-                carried = sorted(restart_infos)
-        # Only same-step autoreset writes terminal observations (encoded ones must all be decoded, in
-        # order, to keep the codec streams in step).
-        ended = terminated | truncated
-        # Most steps end no episode: ndarray.any() costs a fraction of flatnonzero's Python layers.
-        done = ended.nonzero()[0].tolist() if self.same_step and ended.any() else []
-        if restarted:
-            done = [i for i in done if i not in restarted]
-        only = None if not carried else np.setdiff1d(np.arange(self.num_envs), carried)
-        arrays, finals = self.reader.read(slot, done, only=only)
-        finals.update(restarted)
-        return StepBatch(arrays, rewards, terminated, truncated, infos, reset_infos, finals)
+    # ------------------------------------------------------------------ the policy's threads
 
-    def resync(self) -> None:
-        """After a failed step, with codecs: some envs encoded a frame that was never decoded, so
-        every env starts over from a key frame (instead of every later step failing as "frame lost")."""
-        self.pool.call(
-            Command.CONFIGURE, [{"key_frames": True}] * self.n_workers, range(self.n_workers), "step", True
-        )
-        self.reader.restart(range(self.num_envs))
+    def pause_policy_threads(self, overlapped: bool = False) -> None:
+        """Call right before sending steps: the calling thread's idle OpenMP pool (the policy's)
+        ends its threads at once when the workers need the cores (``pause_openmp``; else nothing).
+        ``overlapped``: pool mode, where these steps run while the policy does (no pause)."""
+        if self._openmp is not None:
+            self._openmp.before_step(overlapped)
 
-    def render_all(self) -> list[Any]:
-        """``env.render()`` of every env, in env order."""
-        self.check_open()
-        payloads = [list(range(len(g))) for g in self.worker_envs]
-        return [img for images in self.call_workers(Command.RENDER, payloads) for img in images]
-
-    def arm(self, workers: list[int], seeds: list[list[int | None]]) -> list[Fault]:
-        """Have the envs of ``workers`` reset (with ``seeds``) in place of their next step; the faults
-        of workers that failed to take it."""
-        payloads = [{"reset_seeds": s} for s in seeds]
-        outcome = self.pool.call(Command.CONFIGURE, payloads, workers, "step", stop_on_fault=False)
-        errors = [self.env_fault(w, e) for w, e in outcome.errors.items()]
-        return sorted(outcome.faults + errors, key=lambda f: f.worker)
-
-    def reset_workers(self, workers: list[int], payloads: list[Any]) -> tuple[list[Any], list[Fault]]:
-        """Send ``reset`` to ``workers``; their reset infos and (restart mode) the faults to rebuild."""
-        outcome = self.pool.call(Command.RESET, payloads, workers, "reset", not self.restart)
-        return outcome.results, settle(self, outcome, Command.RESET)
+    def steps_received(self) -> None:
+        """Call when a batch's replies are in: what the workers needed meanwhile decides later
+        pauses (see :class:`~shmvec.openmp.PolicyThreads`)."""
+        if self._openmp is not None:
+            self._openmp.after_step()
 
     @property
     def n_restarts(self) -> int:
         """Worker restarts so far (restart mode)."""
-        return self.supervisor.budget.total
+        return self.supervisor.total
 
 
-__all__ = ["Engine", "Options", "StepBatch"]
+__all__ = ["Engine", "Options"]

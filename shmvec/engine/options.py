@@ -1,7 +1,8 @@
-"""The engine's options, checked once: every face passes its parameters through :meth:`Options.checked`."""
+"""The engine's options, declared once for both faces and checked once (:meth:`Options.checked`)."""
 
 from __future__ import annotations
 
+import difflib
 import functools
 import multiprocessing as mp
 import os
@@ -16,10 +17,9 @@ from shmvec._start_methods import resolve_start_method
 from shmvec.codecs import Codec, CodecSpec
 from shmvec.engine.groups import usable_cpus
 from shmvec.frame_stack import ChannelsOrder, stacked_factory
-from shmvec.layout import Leaf
+from shmvec.memory.layout import Leaf
 from shmvec.restart import ON_CRASH_MODES, RestartBudget
 from shmvec.transports import check_backend, default_codecs
-from shmvec.transports.local import WorkerPool
 
 if TYPE_CHECKING:
     from shmvec.fidelity import Tolerance
@@ -29,40 +29,145 @@ AUTORESET_MODES = ("same_step", "next_step", "disabled")
 
 @dataclass(frozen=True)
 class Options:
-    """What :class:`shmvec.ShmVecEnv` documents, plus ``autoreset``: ``"same_step"`` (an env whose
-    episode ends is reset in the same step), ``"next_step"`` (reset in place of its next step) or
-    ``"disabled"`` (the caller resets it)."""
+    """Every option of :class:`shmvec.ShmVecEnv` and :class:`shmvec.ShmVectorEnv`, declared once.
 
-    n_workers: int | str | None = None  # "auto": resolved by shmvec.engine.autoworkers first
-    copy: bool = True
-    n_slots: int | None = None
+    Both faces take them as keyword arguments (``ShmVecEnv(env_fns, n_workers=4, codec="delta")``);
+    an unknown name is a ``TypeError`` that suggests the closest one. The groups: workers, memory,
+    envs, codecs, restart mode, backend.
+    """
+
+    # ---------------------------------------------------------------- workers
+    n_workers: int | str | None = None
+    """Number of worker processes (default: ``min(n_envs, usable CPUs)``). Envs are split into
+    contiguous groups, one per worker; the split may be uneven. ``"auto"``: chosen from a short probe
+    of one env in a throwaway worker (about 0.3 s, before the real workers start): envs that mostly
+    wait get more workers, up to one per env; envs that compute get one per usable CPU (see
+    :mod:`shmvec.engine.autoworkers`). The chosen count is the face's ``n_workers``."""
     worker_threads: int | None = 1
+    """BLAS/OpenMP/torch/OpenCV threads per worker (default 1; None leaves the libraries' defaults).
+    Many workers each running a full-size thread pool on few cores is several times slower."""
     timeout: float | None = None
-    codec: CodecSpec = None
-    verify_every: int = 100
-    tolerance: Tolerance | None = None
-    decode_threads: int | None = None
-    on_crash: str = "raise"
-    max_restarts: int = 10
-    restart_window: float | None = 60.0
-    check_finite: bool = False
-    isolate_rng: bool = False
-    autoreset: str = "same_step"
+    """Seconds to wait for a worker's answer before raising :class:`shmvec.EnvTimeoutError` (default
+    None: as long as the worker lives; a dead worker is noticed at once either way)."""
+    worker_cpus: str | Sequence[int] | None = None
+    """Pin each worker process to one CPU, so the OS stops moving it between cores. None (default):
+    the OS places them. ``"auto"``: worker ``w`` runs on the ``w``-th CPU this process may use (dealt
+    out again from the first when there are more workers than CPUs). A sequence of CPU ids is dealt
+    out the same way: give runs that share a machine disjoint sets. Linux only; not with
+    ``backend="ray"``. The main process is not pinned."""
+    worker_spin_us: int | None = None
+    """How long, in µs, each worker polls for its next command before it sleeps, while its recent
+    waits were shorter than that (with a policy in the loop the waits are longer, and the workers
+    sleep at once). On a virtual machine a sleeping worker's CPU goes back to the host and the next
+    step pays for it. None (default): 1000 when every worker has a CPU of its own (``n_workers`` <=
+    usable CPUs), else 0 (always sleep). Local workers only; see :mod:`shmvec.worker.waiting`."""
     pause_openmp: bool = True
+    """Before sending each step, end the idle OpenMP threads of the calling thread (PyTorch's
+    intra-op pool on Linux) so that their spin-wait does not take a core the workers need; they are
+    started again as soon as the step's replies are in. Only while the workers need the cores (their
+    CPU clocks over recent steps); pool mode never pauses before steps that run while the policy
+    does. Default True; see :mod:`shmvec.openmp` for the measurements."""
+    # ---------------------------------------------------------------- memory
+    copy: bool = True
+    """True (default): the observation arrays returned are yours; shmvec never writes to them while
+    anything references them, as SB3's algorithms require. They are lent from the ring without
+    copying when a slot is free and copied out otherwise. False: read-only views into the ring that
+    stay valid for ``n_slots - 1`` further steps/resets (1 by default, what SB3's collectors need).
+    Rewards, flags and infos are always fresh."""
+    n_slots: int | None = None
+    """Ring slots, each holding one batch of observations (default None: 3 with ``copy=True`` — the
+    caller holds one batch, one is being written, one stays free so the next can be lent — and 2
+    with ``copy=False``)."""
+    # ---------------------------------------------------------------- envs
+    autoreset: str = "same_step"
+    """Internal: set by the face. ``"same_step"`` (an env whose episode ends is reset in the same
+    step, SB3's way), ``"next_step"`` (in place of its next step) or ``"disabled"`` (the caller
+    resets it). ``ShmVectorEnv`` takes ``autoreset_mode`` instead."""
+    check_finite: bool = False
+    """Refuse observations (and terminal observations) with NaN in a float Box leaf, or +/-inf in one
+    whose bounds are all finite: an :class:`shmvec.EnvError` caused by
+    :class:`shmvec.ObservationError` naming env and key (restart mode restarts the worker). Off by
+    default: it reads every float observation once more per step."""
+    isolate_rng: bool = False
+    """Give each env its own process-global RNG state (``np.random.*``, ``random.*``), swapped in
+    around every call into it, so an env that draws from them gets the same numbers whatever
+    ``n_workers`` is. Off by default: the swap costs about 0.2 ms of CPU per env and step. Envs that
+    use their own ``self.np_random`` need none of this."""
     frame_stack: int | None = None
+    """Stack this many consecutive observations of each env in its worker, giving exactly what
+    ``VecFrameStack(venv, frame_stack)`` gives (observations, space and terminal observations)
+    without the main process's per-step stacking work. Default None: no stacking. Box and
+    Dict-of-Box spaces; see :mod:`shmvec.frame_stack`."""
     frame_stack_channels_order: ChannelsOrder = None
+    """As ``VecFrameStack``'s ``channels_order``: ``"first"``, ``"last"``, None (default: channels
+    first only for images whose smallest dimension is the first), or a mapping from Dict key to one
+    of those."""
     info_keys: Any = "auto"
+    """Which info values travel as typed columns of the ring instead of being pickled through the
+    pipe; the infos you get are the same either way (keys, order, types, values). ``"auto"``
+    (default): learned from the first step, the leading keys whose values are ``int``, ``float``,
+    ``bool`` or numpy scalars in every env's info (ALE's ``lives``...). A mapping such as ``{"lives":
+    int, "frame_number": np.int32}`` declares them (in the env's order; at most 8). None: every info
+    through the pipe. An info that does not match goes whole through the pipe for that step: never
+    an error, never lost. See :mod:`shmvec.memory.infos`."""
+    # ---------------------------------------------------------------- codecs
+    codec: CodecSpec = None
+    """Compress observations in the workers and decode them here (default None: raw arrays, no
+    extra work). A registry name (``"delta"``, ``"lz4"``, ``"zstd"``, ``"png"``...), a
+    :class:`shmvec.codecs.Codec` (``shmvec.codecs.get("zstd", level=3)``), or a mapping from Dict keys
+    (nested keys joined by ``.``) to either, other keys staying raw. A lossy codec needs
+    ``tolerance``. See the guide "Codecs and fidelity" for when this pays."""
+    verify_every: int = 100
+    """With a codec, every this many frames of each env (default 100) the worker sends a crc32 of the
+    raw observation (lossy codecs: the raw observation itself) and the decoded one is checked against
+    it: :class:`shmvec.CodecMismatchError` names env, step and key. 1: every frame; 0: never."""
+    tolerance: Tolerance | None = None
+    """A :class:`shmvec.fidelity.Tolerance` (minimum PSNR and/or maximum absolute error, raise or
+    warn) that a lossy codec's sampled frames must meet; without one a lossy codec is refused."""
+    decode_threads: int | None = None
+    """Threads decoding a batch in parallel (default None: as many as usable CPUs when every codec
+    releases the GIL and there are more than 2, else 1)."""
+    # ---------------------------------------------------------------- restart mode
+    on_crash: str = "raise"
+    """``"raise"`` (default): a dead or hung worker raises :class:`shmvec.WorkerCrashedError` /
+    :class:`shmvec.EnvTimeoutError` and closes the env; an env exception raises
+    :class:`shmvec.EnvError`. ``"restart"``: a worker that dies, hangs past ``timeout``, or whose env
+    raises during a step or reset is killed and rebuilt from its factories; its envs end their
+    episode in that step as truncated, with ``info["shmvec.restarted"] = True`` and
+    ``info["shmvec.restart_reason"]`` (a sentence). Other envs are unaffected. Needs ``n_slots >=
+    2``; see :mod:`shmvec.restart` for the seeds of rebuilt envs."""
+    max_restarts: int = 10
+    """Restart mode: worker restarts allowed within ``restart_window`` (default 10); one more raises
+    the error that caused it and closes the env."""
+    restart_window: float | None = 60.0
+    """Restart mode: length in seconds of the sliding window ``max_restarts`` applies to (default
+    60.0; None: the env's whole life)."""
+    # ---------------------------------------------------------------- backend
     backend: str = "local"
+    """``"local"`` (default): worker processes on this machine, observations in shared memory.
+    ``"ray"``: each worker is a Ray actor, on any node of a Ray cluster (the running Ray connection,
+    else a local Ray started here and shut down on ``close()``); observations travel encoded by
+    ``codec`` (default None here means the lossless ``delta`` codec for leaves of 1 KiB or more;
+    ``codec="raw"`` sends them as they are). ``pip install "shmvec[ray]"``; see the guide "Workers on
+    a Ray cluster"."""
     ray_options: Mapping[str, Any] | None = None
-    worker_cpus: str | Sequence[int] | None = None  # checked() turns it into one CPU per worker
-    worker_spin_us: int | None = None  # checked() turns None into DEFAULT_SPIN_US or 0
+    """``backend="ray"`` only: options of every actor, as for ``ray.remote(...).options(...)``:
+    ``num_cpus``, ``resources``, ``scheduling_strategy``, ``runtime_env``. Default None: Ray's
+    defaults."""
 
     @classmethod
-    def pick(cls, values: dict[str, Any], **overrides: Any) -> Options:
-        """Options from a face's parameters (``locals()`` of its ``__init__``: the names that are
-        options are taken, the rest ignored), then ``overrides``."""
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in values.items() if k in names}, **overrides)
+    def from_kwargs(cls, owner: str, kwargs: Mapping[str, Any], **fixed: Any) -> Options:
+        """Options from a face's keyword arguments, then ``fixed`` (what the face sets itself).
+
+        :raises TypeError: for a name that is not an option, suggesting the closest.
+        """
+        names = [f.name for f in fields(cls) if f.name not in fixed]
+        for key in kwargs:
+            if key not in names:
+                close = difflib.get_close_matches(key, names, n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                raise TypeError(f"{owner}() got an unexpected keyword argument {key!r}{hint}")
+        return cls(**kwargs, **fixed)
 
     def checked(self, n_envs: int) -> Options:
         """These options with the defaults that depend on ``n_envs`` filled in.
@@ -119,16 +224,8 @@ class Options:
         ]
 
     def budget(self) -> RestartBudget:
+        """Restart mode's budget: ``max_restarts`` within ``restart_window``."""
         return RestartBudget(self.max_restarts, self.restart_window)
-
-    def worker_options(self) -> dict[str, Any]:
-        """The ``configure`` payload for workers (empty: nothing to send)."""
-        out: dict[str, Any] = {"check_finite": True} if self.check_finite else {}
-        if self.autoreset != "same_step":
-            out["autoreset"] = self.autoreset
-        if self.worker_spin_us:
-            out["spin_us"] = self.worker_spin_us
-        return out
 
     def leaf_codecs(self, obs_leaves: list[Leaf]) -> tuple[Codec | None, ...] | None:
         """The codec of each observation leaf, or None when nothing is encoded (the default path)."""
@@ -136,11 +233,16 @@ class Options:
             # Ray: observations cross the network, so they are encoded unless the user says otherwise.
             return None if self.backend == "local" else default_codecs(obs_leaves)
         from shmvec.codecs import per_leaf
-        from shmvec.codecs.channel import check_lossy
 
         names = [leaf.name for leaf in obs_leaves]
         codecs = per_leaf(self.codec, names, [(leaf.shape, leaf.dtype) for leaf in obs_leaves])
-        check_lossy(codecs, names, self.tolerance)
+        for codec, name in zip(codecs, names):
+            if codec is not None and not codec.lossless and self.tolerance is None:
+                raise ValueError(
+                    f"codec {codec!r} for observation key {name!r} is lossy: the agent would see changed "
+                    "pixels. Pass tolerance=shmvec.fidelity.Tolerance(min_psnr_db=..., max_abs_error=...) "
+                    "to accept it with sampled checks, or use a lossless codec (delta, lz4, zstd, png)."
+                )
         return None if all(c is None for c in codecs) else tuple(codecs)
 
     def decode_threads_for(self, codecs: tuple[Codec | None, ...] | None) -> int:
@@ -155,7 +257,7 @@ class Options:
         return cpus if cpus > 2 and all(c is None or c.releases_gil for c in codecs) else 1
 
 
-# How long each local worker polls for its next command by default, in µs (see shmvec.waiting).
+# How long each local worker polls for its next command by default, in µs (see shmvec.worker.waiting).
 DEFAULT_SPIN_US = 1000
 
 
@@ -215,14 +317,3 @@ def context(start_method: str | None) -> tuple[str, Any]:
         # SB3's tests expect multiprocessing's own wording; the valid choices follow it.
         raise ValueError(f"cannot find context for {start_method!r}: {exc}") from None
     return resolved, mp.get_context(resolved)
-
-
-def pool_class(backend: str, ray_options: Mapping[str, Any] | None) -> Callable[..., Any]:
-    """What builds the engine's worker pool for ``backend``, called with the arguments of
-    :class:`shmvec.transports.local.WorkerPool`: that class (``"local"``), or the Ray transport's
-    :class:`~shmvec.transports.ray_pool.RayPool` with ``ray_options`` (imports Ray)."""
-    if backend == "ray":
-        from shmvec.transports.ray_pool import RayPool  # imports Ray: only for this backend
-
-        return functools.partial(RayPool, ray_options=ray_options)
-    return WorkerPool

@@ -1,7 +1,7 @@
 """Observations out of the ring: one path for raw and encoded leaves.
 
 Each observation leaf is either raw (batched arrays in the ring slots, lent or copied out) or
-encoded (bytes in the ring, decoded here; see :mod:`shmvec.codecs.channel` for the worker side).
+encoded (bytes in the ring, decoded here; see :mod:`shmvec.worker.encoder` for the worker side).
 :meth:`Reader.read` returns the leaf arrays of a batch and the terminal leaves of the envs whose
 episode ended, whatever mix of leaves the space has, so restart mode, masked resets and
 ``check_finite`` work the same with or without a codec.
@@ -27,8 +27,8 @@ import numpy as np
 from shmvec.codecs.base import Codec, CodecError, byte_view
 from shmvec.engine.slots import Slots
 from shmvec.errors import CodecMismatchError, FidelityError, FidelityWarning
-from shmvec.layout import Leaf
-from shmvec.ring import Ring
+from shmvec.memory.layout import Leaf
+from shmvec.memory.ring import Ring
 
 if TYPE_CHECKING:
     from shmvec.fidelity import Tolerance

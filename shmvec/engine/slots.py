@@ -1,4 +1,8 @@
-"""Slot rotation and lending: which ring slot the workers write next, and which batch may be lent.
+"""Slot rotation and lending: which ring slot each worker writes next, and which batch may be lent.
+
+A synchronous step moves every worker to the same next slot (:meth:`Slots.advance_all`); in pool
+mode each worker moves on its own (:meth:`Slots.advance`), never onto the slot holding the last
+observation the caller saw of its envs (restart mode carries it over) nor onto one still lent.
 
 With ``copy=True`` a batch is handed out as arrays over the ring slot itself (no copy) while another
 slot stays free for the next write; a lent slot is skipped until nothing references its arrays any
@@ -17,12 +21,15 @@ class Slots:
 
     :param n_slots: ring slots (>= 1; >= 2 with ``copy=False``).
     :param copy: True: lend slots and track them; False: plain rotation.
+    :param n_workers: workers writing into the ring.
     """
 
-    def __init__(self, n_slots: int, copy: bool) -> None:
+    def __init__(self, n_slots: int, copy: bool, n_workers: int = 1) -> None:
         self.n_slots, self.copy = n_slots, copy
         self.current = 0
         self.previous = 0
+        self.slot = [0] * n_workers  # the slot each worker writes (or wrote) its current step into
+        self.prev = [0] * n_workers  # the slot of its step before: what the caller saw last
         # Arrays lent to the caller from each slot (copy=True).
         self.lent: list[list[np.ndarray]] = [[] for _ in range(n_slots)]
         self.copy_fallbacks = 0  # batches copied because no slot could be lent (diagnostic)
@@ -32,8 +39,9 @@ class Slots:
         # above that is the caller (or a view, tensor or memoryview derived from it) still using it.
         return all(getrefcount(a) <= 3 for a in self.lent[slot])
 
-    def advance(self) -> int:
-        """Move to the slot the workers write next: the next one in rotation that nobody still reads.
+    def advance_all(self) -> int:
+        """Move every worker to the slot they write next: the next one in rotation that nobody still
+        reads.
 
         ``previous`` keeps the slot of the batch handed out last; it equals the new slot only when
         every other slot is still lent (then the workers overwrite it).
@@ -43,9 +51,22 @@ class Slots:
             if not self.copy or self.free(slot):
                 self.lent[slot] = []
                 self.previous, self.current = self.current, slot
+                self.prev = list(self.slot)
+                self.slot = [slot] * len(self.slot)
                 return slot
         # can_lend never lends the last free slot, so this cannot happen.
         raise AssertionError("no free ring slot")
+
+    def advance(self, w: int) -> int:
+        """Move worker ``w`` on its own to the next slot that is not the one the caller saw last of
+        its envs, preferring one nobody still reads."""
+        self.prev[w] = self.slot[w]
+        after = [(self.slot[w] + k) % self.n_slots for k in range(1, self.n_slots)] or [self.slot[w]]
+        self.slot[w] = next((s for s in after if self.free(s)), after[0])
+        if all(s == self.slot[w] for s in self.slot):
+            # Every worker has moved to one slot: a whole batch again (as after advance_all).
+            self.previous, self.current = self.current, self.slot[w]
+        return self.slot[w]
 
     def can_lend(self, slot: int) -> bool:
         """Whether ``slot`` may be lent: another slot stays free for the next write. Counts a

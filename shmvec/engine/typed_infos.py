@@ -1,13 +1,18 @@
-"""The engine's side of typed info columns (:mod:`shmvec.infos`): which schema is in force, learning
-it from the first infos, and rebuilding the info dicts of each step from the ring."""
+"""The engine's side of typed info columns (:mod:`shmvec.memory.infos`): which schema is in force,
+learning it from the first infos, and reading each batch's values back: merged into the info dicts
+(SB3's face needs one dict per env) or as one array per key over the batch (Gymnasium's face builds
+its dict of arrays from them with numpy, no per-env dict)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from shmvec.infos import MAX_COLUMNS, InfoColumns, InfoSchema, declared, learn
-from shmvec.ring import Ring
+import numpy as np
+
+from shmvec.memory.infos import MAX_COLUMNS, InfoColumns, InfoSchema, declared, learn
+from shmvec.memory.ring import Ring
 
 #: Step batches whose infos are looked at for a schema before giving up (all of them empty so far).
 LEARN_STEPS = 8
@@ -16,7 +21,7 @@ LEARN_STEPS = 8
 def columns_for(info_keys: Any) -> int:
     """Typed columns the ring needs for the ``info_keys`` option ("auto", None or a mapping).
 
-    :raises ValueError: for anything else, or a mapping :func:`shmvec.infos.declared` refuses.
+    :raises ValueError: for anything else, or a mapping :func:`shmvec.memory.infos.declared` refuses.
     """
     if info_keys is None:
         return 0
@@ -30,11 +35,23 @@ def columns_for(info_keys: Any) -> int:
     return 0 if schema is None else MAX_COLUMNS
 
 
+@dataclass
+class TypedRows:
+    """The typed info values of a batch: ``columns[k]`` holds key ``keys[k]`` for every position
+    (as the dtype Gymnasium's info batching gives a value of ``types[k]``); ``mask`` marks the
+    positions whose info was typed (the others' values are meaningless there)."""
+
+    keys: tuple[str, ...]
+    types: tuple[type, ...]
+    columns: list[np.ndarray]
+    mask: np.ndarray
+
+
 class TypedInfos:
     """Typed infos of one engine.
 
     :param info_keys: "auto" (learn the schema from the first step), None (off) or a mapping from key
-        to type (declared; see :func:`shmvec.infos.declared`).
+        to type (declared; see :func:`shmvec.memory.infos.declared`).
     :param ring: the engine's ring (with info columns unless ``info_keys`` turns them off).
     """
 
@@ -50,22 +67,38 @@ class TypedInfos:
         if schema is not None and self.areas is not None:
             self.columns = InfoColumns(schema, *self.areas)
 
-    def worker_options(self) -> dict[str, Any]:
-        """What a worker's ``configure`` needs to write the columns (empty: no schema in force)."""
-        return {} if self.columns is None else {"info_schema": self.columns.schema}
-
-    def read(self, slot: int, envs: Sequence[range], infos: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    def read(self, slot: int, envs: Sequence[range], infos: dict[int, dict[str, Any]]) -> InfoSchema | None:
         """Complete ``infos`` (env -> what came through the pipe) with the typed values the workers of
-        ``envs`` wrote into ``slot``. While learning, look at the infos for a schema: the ``configure``
-        options to send every worker when one is found (else empty)."""
+        ``envs`` wrote into ``slot``. While learning, look at the infos for a schema: the schema to
+        send every worker when one is found (else None)."""
         if self.columns is not None:
             self.columns.read(slot, envs, infos)
-            return {}
+            return None
+        return self._learn(infos)
+
+    def rows(
+        self, parts: Sequence[tuple[int, range]], infos: dict[int, dict[str, Any]]
+    ) -> tuple[TypedRows | None, InfoSchema | None]:
+        """The typed values of the batch made of ``parts`` (``(slot, group)`` each, in batch order) as
+        columns (see :class:`TypedRows`), or None when no schema is in force; and, while learning,
+        the schema found in ``infos`` (position -> what came through the pipe), if any."""
+        columns = self.columns
+        if columns is None:
+            return None, self._learn(infos)
+        taken = [columns.take(slot, [g]) for slot, g in parts]
+        if len(taken) == 1:
+            values, mask = taken[0]
+        else:
+            values = [np.concatenate([t[0][k] for t in taken]) for k in range(len(columns.keys))]
+            mask = np.concatenate([t[1] for t in taken])
+        return TypedRows(columns.keys, columns.types, values, mask), None
+
+    def _learn(self, infos: dict[int, dict[str, Any]]) -> InfoSchema | None:
         if not self.learning:
-            return {}
+            return None
         self.left -= 1
         if not infos and self.left > 0:
-            return {}
+            return None
         self.learning = False
         self._use(learn(list(infos.values())))
-        return self.worker_options()
+        return None if self.columns is None else self.columns.schema

@@ -1,14 +1,14 @@
 """Transports: how the engine reaches its workers.
 
-``"local"`` (the default): worker processes on this machine, pipes and one shared-memory ring
+``"local"`` (the default): worker processes on this machine, the ring's doorbell and a pipe each
 (:mod:`shmvec.transports.local`). ``"ray"``: each worker is a Ray actor, possibly on another
 machine; observations travel encoded by the codecs as Ray return values
-(:mod:`shmvec.transports.ray_pool`). Both serve the same commands with the same worker loop
-(:mod:`shmvec.worker`) and give the engine the same interface, so the faces do not know which one
-runs.
+(:mod:`shmvec.transports.ray`). Both implement the contract of :mod:`shmvec.transports.base` and
+serve the same commands with the same worker code (:mod:`shmvec.worker`), so neither the engine
+nor the faces know which one runs.
 
 This module imports no Ray: the local backend never loads it. Nothing here imports the engine
-(arrows point down); the engine picks the pool class (:func:`shmvec.engine.options.pool_class`).
+(arrows point down); the engine picks the transport (:func:`shmvec.engine.build.make_transport`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from shmvec.layout import Leaf
+from shmvec.memory.layout import Leaf
 
 if TYPE_CHECKING:
     from shmvec.codecs import Codec

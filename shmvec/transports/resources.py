@@ -1,37 +1,44 @@
-"""What a local worker pool must release whatever happens, and the one path that releases it."""
+"""What the local transport must release whatever happens, and the one path that releases it.
+
+Kept apart from the transport and the engine, so that a ``weakref.finalize`` can release them
+without keeping either alive.
+"""
 
 from __future__ import annotations
 
 import os
-import pickle
+import select
 import time
 from contextlib import suppress
 from multiprocessing.connection import Connection
 from typing import Any
 
-from shmvec.procfs import ProcFiles
-from shmvec.protocol import Command
-from shmvec.ring import Ring
+import numpy as np
+
+from shmvec.memory.doorbell import OP_MESSAGE, MainBell
+from shmvec.memory.ring import Ring
+from shmvec.wire import framing
+from shmvec.wire.messages import Close
 
 # How long close() lets a worker finish its current command and exit before terminating it (s).
 _CLOSE_GRACE_S = 5.0
 
 
 class Resources:
-    """What must be released whatever happens: processes, pipes, fault logs, the ring, the reader.
+    """What must be released whatever happens: processes, pipes, fault logs, the ``eventfd`` and the
+    ``epoll`` object, the ring, the reader (its decode threads)."""
 
-    Kept apart from the engine so a ``weakref.finalize`` can release them without keeping it alive.
-    """
-
-    def __init__(self) -> None:
+    def __init__(self, wake: Connection) -> None:
         self.processes: list[Any] = []
         self.remotes: list[Connection] = []
+        self.wake = wake
+        self.epoll = select.epoll()
+        self.bell: MainBell | None = None
+        self.attached: list[bool] = []
         self.ring: Ring | None = None
         self.reader: Any = None  # an engine.reader.Reader once built (its decode threads)
         # Per worker: an fd of the file its faulthandler writes to (unlinked once the worker runs).
         self.fault_logs: list[tuple[int, str]] = []
-        # The workers' /proc/<pid>/stat, kept open: the CPU each last ran on orders a step's sends.
-        self.stat_files = ProcFiles("stat")
 
     def close_fault_log(self, w: int) -> None:
         fd, path = self.fault_logs[w]
@@ -46,20 +53,7 @@ class Resources:
             self.reader.close()
             self.reader = None
         if graceful:
-            close = pickle.dumps((Command.CLOSE.value, None), pickle.HIGHEST_PROTOCOL)
-            for remote in self.remotes:
-                with suppress(OSError, ValueError):
-                    remote.send_bytes(close)
-            deadline = time.monotonic() + _CLOSE_GRACE_S
-            for process, remote in zip(self.processes, self.remotes):
-                while process.is_alive() and time.monotonic() < deadline:
-                    # Drain a reply the worker may be blocked sending (a step left pending).
-                    try:
-                        while remote.poll():
-                            remote.recv_bytes()
-                    except (OSError, EOFError, ValueError):
-                        pass
-                    process.join(0.02)
+            self._ask_to_close()
         for process in self.processes:
             if process.is_alive():
                 process.terminate()
@@ -74,10 +68,32 @@ class Resources:
                 process.close()
             except ValueError:  # still running after kill: leave it to the OS
                 pass
-        self.stat_files.close()
         for w in range(len(self.fault_logs)):
             self.close_fault_log(w)
         self.fault_logs = []
+        self.epoll.close()
+        self.wake.close()
+        self.bell = None  # its arrays are views of the ring
         if self.ring is not None:
             self.ring.close()
             self.ring = None
+
+    def _ask_to_close(self) -> None:
+        close = framing.dumps(Close())
+        attached = [w for w, a in enumerate(self.attached) if a and self.processes[w].is_alive()]
+        if self.bell is not None and attached:
+            # Rung first: a worker reads its pipe only once woken. Not counted: nobody waits.
+            self.bell.post(np.array(attached), OP_MESSAGE, 0, counted=False)
+        for remote in self.remotes:
+            with suppress(OSError, ValueError):
+                framing.write_message(remote.fileno(), close)
+        deadline = time.monotonic() + _CLOSE_GRACE_S
+        for process, remote in zip(self.processes, self.remotes):
+            while process.is_alive() and time.monotonic() < deadline:
+                # Drain a reply the worker may be blocked sending (a step left pending).
+                try:
+                    while remote.poll():
+                        remote.recv_bytes()
+                except (OSError, EOFError, ValueError):
+                    pass
+                process.join(0.02)

@@ -1,8 +1,8 @@
-"""Codecs inside the engine, worker side: encoding observations into the ring.
+"""Encoding observation leaves into the ring, worker side (``codec=``).
 
 Worker side, :class:`LeafEncoder`: one per encoded observation leaf and worker, holding one codec
 stream per env. Its two :class:`EncodedArea` objects (step observation, terminal observation) stand
-where the raw batched arrays would be, so :func:`shmvec.layout.write_leaf` checks shape and dtype
+where the raw batched arrays would be, so :func:`shmvec.memory.layout.write_leaf` checks shape and dtype
 and then ``area[i] = value`` encodes env ``i``'s value into its row of the ring.
 
 Every ``verify_every``-th frame of an env (counted per env, step and terminal observations alike)
@@ -14,16 +14,15 @@ decodes and checks them.
 from __future__ import annotations
 
 import zlib
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from shmvec.codecs.base import Codec, byte_view
-from shmvec.layout import Leaf
+from shmvec.memory.layout import Leaf
 
 if TYPE_CHECKING:
-    from shmvec.ring import Ring
+    from shmvec.memory.ring import Ring
 
 
 class EncodedArea:
@@ -70,17 +69,3 @@ class LeafEncoder:
     def restart(self, i: int) -> None:
         """Env ``i`` (local index) was reset: its next frame must not depend on earlier ones."""
         self.codec.restart(self.streams[i])
-
-
-def check_lossy(codecs: Sequence[Codec | None], names: list[str], tolerance: Any) -> None:
-    """Refuse a lossy codec unless the user gave a tolerance.
-
-    :raises ValueError: naming the codec and the key, saying what to pass.
-    """
-    for codec, name in zip(codecs, names):
-        if codec is not None and not codec.lossless and tolerance is None:
-            raise ValueError(
-                f"codec {codec!r} for observation key {name!r} is lossy: the agent would see changed "
-                "pixels. Pass tolerance=shmvec.fidelity.Tolerance(min_psnr_db=..., max_abs_error=...) "
-                "to accept it with sampled checks, or use a lossless codec (delta, lz4, zstd, png)."
-            )

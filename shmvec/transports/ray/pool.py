@@ -1,9 +1,9 @@
-"""The Ray transport: each worker is a Ray actor; the same interface as the local
-:class:`~shmvec.transports.local.WorkerPool`, so the engine drives both the same way.
+"""The Ray transport: each worker is a Ray actor, driven through the transport contract
+(:class:`~shmvec.transports.base.Transport`) like local workers, pool mode included.
 
-One Ray call per worker and command: ``actor.call(cmd, payload)`` returns the reply (pickled, as a
-worker's pipe carries it) and, for ``step``/``reset``, the worker's batch packed by
-:mod:`shmvec.transports.ray_wire` (observations encoded by the codecs, rewards, flags). Landing a
+One Ray call per worker and command: ``actor.call(message)`` returns the reply (pickled, as a
+worker's pipe carries it) and, for a step or reset, the worker's batch packed by
+:mod:`shmvec.transports.ray.wire` (observations encoded by the codecs, rewards, flags). Landing a
 reply writes the batch into the engine's ring, which in this backend only the main process maps.
 
 Faults: an actor that died (``ray.kill``, node lost, out of memory) is a
@@ -19,9 +19,10 @@ down when the last engine that uses it closes (:func:`connect`, :func:`disconnec
 from __future__ import annotations
 
 import logging
+import math
 import pickle
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 from typing import Any
 
@@ -35,10 +36,10 @@ except ImportError as exc:  # pragma: no cover - depends on what is installed
 
 from shmvec.errors import WorkerCrashedError
 from shmvec.failures import timeout_error, worker_label
-from shmvec.protocol import Command, Outcome, pickle_factories
-from shmvec.restart import Fault
-from shmvec.transports.ray_actor import RayWorker
-from shmvec.transports.ray_wire import unpack
+from shmvec.transports.base import Fault, Outcome, pickle_factories
+from shmvec.transports.ray.actor import RayWorker
+from shmvec.transports.ray.wire import unpack
+from shmvec.wire import messages as m
 
 # Longest wait between looks at the actors still busy: a dead one is reported within this (s).
 POLL_S = 1.0
@@ -128,29 +129,29 @@ def drain(refs: Sequence[Any], timeout: float) -> list[Any]:
     return list(left)
 
 
-class RayPool:
-    """Ray actors for the workers of one engine; see :class:`shmvec.transports.local.WorkerPool` for the
-    methods (same meaning). ``ctx`` and ``start_method`` are not used.
+class RayTransport:
+    """Ray actors for the workers of one engine; see :class:`~shmvec.transports.base.Transport` for
+    the methods.
 
+    :param worker_envs: the env indices of each worker.
+    :param env_fns: all env factories (cloudpickled here, once).
+    :param worker_threads: BLAS/OpenMP threads per actor (None: the libraries' defaults).
+    :param timeout: seconds a reply may take (None: no limit; a dead actor is noticed anyway).
+    :param isolate_rng: give each env its own process-global RNG state in its actor.
     :param ray_options: options of every actor (``ray.remote(...).options(**ray_options)``:
         ``num_cpus``, ``resources``, ``scheduling_strategy``, ``runtime_env``...).
     """
 
     def __init__(
         self,
-        ctx: Any,
-        start_method: str,
         worker_envs: list[range],
         env_fns: list[Callable[[], Any]],
         worker_threads: int | None,
         timeout: float | None,
         isolate_rng: bool = False,
-        worker_cpus: Sequence[int] | None = None,
         *,
         ray_options: Mapping[str, Any] | None = None,
     ) -> None:
-        # Options refuses worker_cpus with backend="ray": Ray places actors (ray_options) itself.
-        assert worker_cpus is None, "worker_cpus is refused for backend='ray' by Options.checked"
         self.worker_envs, self.worker_threads, self.timeout = worker_envs, worker_threads, timeout
         self.isolate_rng = isolate_rng
         # Pickled once here: a factory that cannot be pickled fails now, naming its env.
@@ -161,11 +162,17 @@ class RayPool:
         self.res = RayResources(connect())
         self.actor_class = ray.remote(RayWorker)
         self.where: list[tuple[int | None, str, str]] = [(None, "?", "?")] * len(worker_envs)
-        self.bytes_received = 0  # batch bytes landed so far (see ray_wire.unpack)
+        self.deadlines: dict[int, float] = {}
+        self.bytes_received = 0  # batch bytes landed so far (see wire.unpack)
 
     @property
     def n_workers(self) -> int:
         return len(self.worker_envs)
+
+    @property
+    def processes(self) -> list[Any]:
+        """No local worker processes."""
+        return []
 
     @property
     def actors(self) -> list[Any]:
@@ -177,22 +184,25 @@ class RayPool:
         """The node id of each worker's actor (known once it started)."""
         return [node for _, _, node in self.where]
 
-    def start(self, w: int) -> None:
-        """Create worker ``w``'s actor (new, or in place of a dead one); :meth:`started` waits for it."""
-        g = self.worker_envs[w]
-        actor: Any = self.actor_class.options(**self.actor_options).remote(
-            self.worker_fns[w], g.start, self.worker_threads, self.isolate_rng
-        )
-        if w < len(self.res.actors):
-            self.res.actors[w] = actor
-        else:
-            self.res.actors.append(actor)
-        self.where[w] = (None, "?", "?")
-        self.res.pending[w] = (actor.ready.remote(), Command.MAKE_ENV.value, None)
+    def start(self, workers: Sequence[int]) -> None:
+        """Create the actors of ``workers`` (new, or in place of dead ones)."""
+        for w in workers:
+            g = self.worker_envs[w]
+            actor: Any = self.actor_class.options(**self.actor_options).remote(
+                self.worker_fns[w], g.start, self.worker_threads, self.isolate_rng
+            )
+            if w < len(self.res.actors):
+                self.res.actors[w] = actor
+            else:
+                self.res.actors.append(actor)
+            self.where[w] = (None, "?", "?")
+            self.res.pending[w] = (actor.ready.remote(), m.MAKE_ENV, None)
+            limit = START_TIMEOUT_S if self.timeout is None else max(self.timeout, MIN_START_S)
+            self.deadlines[w] = time.monotonic() + limit
 
-    def started(self, workers: Sequence[int], stop_on_fault: bool) -> Outcome:
-        """Wait for the start-up replies of ``workers``."""
-        return self.gather(workers, Command.MAKE_ENV.value, stop_on_fault)
+    def bind(self, ring: Any) -> None:
+        """Replies are landed into ``ring`` (the main process's only: actors write private rings)."""
+        self.res.ring = ring
 
     def kill(self, w: int) -> None:
         """Kill worker ``w``'s actor and fetch what it still owed (an error, by now)."""
@@ -205,97 +215,92 @@ class RayPool:
     def replace(self, w: int) -> None:
         """Kill worker ``w``'s actor and start a new one (Ray may place it on another node)."""
         self.kill(w)
-        self.start(w)
+        self.start([w])
 
-    def post(
-        self, cmd: Command, payloads: Sequence[Any], workers: Sequence[int], label: str, stop_on_fault: bool
-    ) -> list[Fault]:
-        """Send ``cmd`` to each of ``workers``. Ray takes every call (a dead actor shows up when
-        its result is gathered), so no faults come back here."""
-        for w, payload in zip(workers, payloads):
-            self.submit(w, cmd, payload)
+    def close(self, graceful: bool = True) -> None:
+        self.res.release(graceful)
+
+    def post(self, workers: Sequence[int], commands: m.Command | Sequence[m.Command]) -> list[Fault]:
+        """Send one command to each of ``workers``. Ray takes every call (a dead actor shows up when
+        its result is waited for), so no faults come back here."""
+        msgs = [commands] * len(workers) if isinstance(commands, m.Command) else list(commands)
+        deadline = math.inf if self.timeout is None else time.monotonic() + self.timeout
+        for w, msg in zip(workers, msgs):
+            self._submit(w, msg)
+            self.deadlines[w] = deadline
         return []
 
-    def submit(self, w: int, cmd: Command, payload: Any) -> None:
-        """One Ray call; the actor's ring has one slot (0), the step's slot is kept for landing."""
+    def _submit(self, w: int, msg: m.Command) -> None:
+        """One Ray call. The actor's ring has one slot (0); the step's slot is kept for landing."""
         slot = None
-        if cmd == Command.STEP:
-            slot, actions = payload
+        if isinstance(msg, m.Step):
+            slot = msg.slot
+            actions = msg.actions
             if actions is None:  # the engine put them in the ring's typed buffer
                 g = self.worker_envs[w]
-                actions = self.res.ring.actions[g.start : g.stop]
-            payload = (0, actions)  # pickled below: the buffer may be reused at once
-        elif cmd == Command.RESET:
-            slot = payload[0]
-            payload = (0, *payload[1:])
-        elif cmd == Command.ATTACH:
-            _spec, codecs, verify_every = payload
-            payload = (codecs, verify_every)
-        message = pickle.dumps((Command(cmd).value, payload), pickle.HIGHEST_PROTOCOL)
+                actions = list(self.res.ring.actions[g.start : g.stop])
+            msg = m.Step(0, actions)  # pickled below: the buffer may be reused at once
+        elif isinstance(msg, m.Reset):
+            slot = msg.slot
+            msg = m.Reset(0, msg.seeds, msg.kwargs, msg.mask)
+        elif isinstance(msg, m.Attach):
+            msg = m.Attach(None, msg.codecs, msg.verify_every)
+        message = pickle.dumps(msg, pickle.HIGHEST_PROTOCOL)
         ref = self.res.actors[w].call.remote(message)
-        self.res.pending[w] = (ref, Command(cmd).value, slot)
+        self.res.pending[w] = (ref, msg.label, slot)
 
-    def call(
-        self, cmd: Command, payloads: Sequence[Any], workers: Iterable[int], label: str, stop_on_fault: bool
-    ) -> Outcome:
-        """Send ``cmd`` with one payload to each of ``workers``, then :meth:`gather` their replies."""
-        workers = list(workers)
-        self.post(cmd, payloads, workers, label, stop_on_fault)
-        return self.gather(workers, label, stop_on_fault)
-
-    def gather(self, workers: Iterable[int], command: str, stop_on_fault: bool) -> Outcome:
-        """Wait for one reply from each worker, watching for dead actors and the timeout."""
-        workers = list(workers)
+    def wait(self, workers: Sequence[int], need: int, limit: float | None = None) -> Outcome:
+        """Wait until ``need`` of ``workers`` answered, died or hung (see
+        :class:`~shmvec.transports.base.Transport`)."""
         refs = {self.res.pending[w][0]: w for w in workers if w in self.res.pending}
-        results: dict[int, Any] = {}
-        errors: dict[int, Any] = {}
-        faults: dict[int, Fault] = {}
-        starting = command == Command.MAKE_ENV.value
-        limit = self.timeout
-        if starting:
-            limit = START_TIMEOUT_S if limit is None else max(limit, MIN_START_S)
-        deadline = None if limit is None else time.monotonic() + limit
+        outcome = Outcome()
+        give_up = math.inf if limit is None else time.monotonic() + limit
         left = list(refs)
-        while left:
-            wait_s = POLL_S if deadline is None else min(POLL_S, max(0.0, deadline - time.monotonic()))
-            ready, left = ray.wait(left, num_returns=len(left), timeout=wait_s)
+        while left and outcome.finished + len(outcome.faults) < need:
+            deadline = min(give_up, min(self.deadlines.get(refs[r], math.inf) for r in left))
+            wait_s = min(POLL_S, max(0.0, deadline - time.monotonic()))
+            want = min(len(left), need - outcome.finished - len(outcome.faults))
+            ready, left = ray.wait(left, num_returns=want, timeout=wait_s)
             for ref in ready:
                 w = refs[ref]
-                _, cmd, slot = self.res.pending.pop(w)
+                _, label, slot = self.res.pending.pop(w)
                 try:
                     value = ray.get(ref)
                 except RayError as exc:
-                    faults[w] = self.lost(w, command, exc)
+                    outcome.faults.append(self.lost(w, label, exc))
                     continue
-                ok, payload = self._land(w, cmd, slot, value)
-                if ok:
-                    results[w] = payload
+                reply = self._land(w, label, slot, value)
+                if isinstance(reply, m.Failed):
+                    outcome.errors[w] = reply.error
                 else:
-                    errors[w] = payload
-            if faults and stop_on_fault:
+                    outcome.results[w] = reply
+            now = time.monotonic()
+            hung = sorted(refs[r] for r in left if self.deadlines.get(refs[r], math.inf) <= now)
+            for w in hung:
+                label = self.res.pending[w][1]
+                limit_s = (
+                    self.timeout
+                    if label != m.MAKE_ENV or self.timeout is None
+                    else max(self.timeout, MIN_START_S)
+                )
+                self.kill(w)
+                outcome.faults.append(self.hung(w, label, limit_s))
+            left = [r for r in left if refs[r] in self.res.pending]
+            if now >= give_up:
                 break
-            if left and deadline is not None and time.monotonic() >= deadline:
-                hung = sorted(refs[ref] for ref in left)
-                if stop_on_fault:
-                    outcome = "it was killed and the VecEnv closed"
-                    faults[hung[0]] = self.hung(hung[0], command, limit, outcome)
-                    break
-                for w in hung:
-                    self.kill(w)
-                    faults[w] = self.hung(w, command, limit, "it was killed and will be restarted")
-                break
-        return Outcome([results.get(w) for w in workers], errors, [faults[w] for w in sorted(faults)])
+        outcome.faults.sort(key=lambda f: f.worker)
+        return outcome
 
-    def _land(self, w: int, cmd: str, slot: int | None, value: Any) -> tuple[bool, Any]:
-        """A reply's ``(ok, payload)``; its batch written into the ring at ``slot``."""
-        if cmd == Command.MAKE_ENV.value:
+    def _land(self, w: int, label: str, slot: int | None, value: Any) -> m.Reply:
+        """A reply, its batch written into the ring at ``slot``."""
+        if label == m.MAKE_ENV:
             reply, pid, ip, node = value
             self.where[w] = (pid, ip, node)
             return pickle.loads(reply)
-        (ok, payload), data = pickle.loads(value)
-        if ok and data is not None and slot is not None:
+        reply, data = pickle.loads(value)
+        if not isinstance(reply, m.Failed) and data is not None and slot is not None:
             self.bytes_received += unpack(self.res.ring, self.worker_envs[w], slot, data)
-        return ok, payload
+        return reply
 
     def lost(self, w: int, command: str, exc: BaseException) -> Fault:
         """The fault of worker ``w`` whose actor died (or whose call Ray could not complete)."""
@@ -313,12 +318,12 @@ class RayPool:
         )
         return Fault(w, error.args[0], error)
 
-    def hung(self, w: int, command: str, limit: float | None, outcome: str) -> Fault:
+    def hung(self, w: int, command: str, limit: float | None) -> Fault:
         """The fault of worker ``w`` whose actor did not answer ``command`` within ``limit`` s."""
         assert limit is not None
         pid = self.where[w][0]
-        error = timeout_error(w, pid, self.worker_envs[w], command, limit, outcome)
+        error = timeout_error(w, pid, self.worker_envs[w], command, limit, "it was killed")
         return Fault(w, error.args[0], error)
 
 
-__all__ = ["RayPool", "RayResources", "connect", "disconnect"]
+__all__ = ["RayResources", "RayTransport", "connect", "disconnect"]

@@ -5,6 +5,7 @@ which env and what to change.
 
 from __future__ import annotations
 
+import os
 import pickle
 from collections.abc import Callable
 from typing import Any
@@ -12,7 +13,7 @@ from typing import Any
 import gymnasium as gym
 
 from shmvec.atari import check_frame_skip
-from shmvec.protocol import Command
+from shmvec.wire import messages as m
 
 
 def make_env(env_fn: Callable[[], Any]) -> gym.Env:
@@ -71,19 +72,24 @@ def _describe(value: Any) -> str:
     return f"a {type(value).__name__}"
 
 
-def unpicklable(
-    cmd: str, payload: Any, result: Any, first_env: int, exc: Exception
-) -> tuple[int | None, Exception]:
-    """Find which env and which info key (or attribute value) of a reply cannot be pickled."""
+def unpicklable(msg: m.Command, reply: m.Reply, first_env: int, exc: Exception) -> m.Failed:
+    """The error reply for a ``reply`` to ``msg`` that could not be pickled, naming the env and the
+    info key (or attribute value) to blame when one can be found (else ``exc`` itself)."""
+    env_index, error = _blame(msg, reply, first_env, exc)
+    return m.Failed(m.RemoteError.capture(error, env_index, msg.label, os.getpid()))
+
+
+def _blame(msg: m.Command, reply: m.Reply, first_env: int, exc: Exception) -> tuple[int | None, Exception]:
     items: list[tuple[int, str, dict]] = []  # (local env, what, dict)
-    if cmd == "step":
-        for i, info, reset_info in result:
+    if isinstance(reply, m.Stepped):
+        for i, info, reset_info in reply.items:
             items += [(i, "info", info), (i, "reset info", reset_info or {})]
-    elif cmd == "reset":
-        items = [(i, "reset info", info) for i, info in enumerate(result) if info is not None]
-    elif isinstance(payload, tuple) and isinstance(result, list):
-        what = f"the result of {Command(cmd).label(payload)}"
-        items = [(i, what, {None: value}) for i, value in zip(payload[0], result)]
+    elif isinstance(reply, m.ResetDone):
+        items = [(i, "reset info", info) for i, info in enumerate(reply.infos) if info is not None]
+    elif isinstance(reply, m.Returned) and reply.values is not None:
+        what = f"the result of {msg.label}"
+        indices = getattr(msg, "indices", range(len(reply.values)))
+        items = [(i, what, {None: value}) for i, value in zip(indices, reply.values)]
     for i, what, values in items:
         for key, value in values.items():
             try:

@@ -11,13 +11,17 @@ field           shape                                written by
 ``terminated``  ``(n_slots, n_envs)`` bool            workers
 ``truncated``   ``(n_slots, n_envs)`` bool            workers
 ``actions``     ``(n_envs, *action_shape)``           main, when the action space is array-shaped
-``infowords``   ``(n_slots, n_envs, 8)`` uint64       workers: typed info values (see shmvec.infos)
+``infowords``   ``(n_slots, n_envs, 8)`` uint64       workers: typed info values (see memory.infos)
 ``infomask``    ``(n_slots, n_envs)`` uint8           workers: 1 where the info's values are typed
+``bellctl``     ``(48,)`` uint32                      the doorbell's shared words (memory.doorbell)
+``bellcmd``     ``(n_workers, 4)`` uint32             main: each worker's command words
+``bellack``     ``(n_workers, 4)`` uint32             workers: what each one last finished
 ==============  ===================================  =========================================
 
-A leaf with a codec (``ShmVecEnv(codec=...)``) has no ``obs<j>``/``final<j>``; instead, for the
+A leaf with a codec (``ShmVecEnv(codec=...)``; the ring knows only each encoded leaf's
+:class:`EncodedSize`, never the codec) has no ``obs<j>``/``final<j>``; instead, for the
 step's observation (prefix ``""``) and the terminal one (prefix ``"f"``), see
-:mod:`shmvec.codecs.channel`: ``<p>enc<j>`` ``(n_envs, bound)`` uint8 encoded bytes (each env's row
+:mod:`shmvec.worker.encoder`: ``<p>enc<j>`` ``(n_envs, bound)`` uint8 encoded bytes (each env's row
 sized by the codec's worst case), ``<p>len<j>`` ``(n_envs,)`` byte counts, ``<p>crc<j>`` ``(n_envs,)``
 checksums of sampled raw observations (-1: not sampled) and, for a lossy codec, ``<p>sample<j>``
 ``(n_envs, *shape)`` the sampled raw observations. These have no slot dimension: the main process
@@ -43,15 +47,11 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from multiprocessing import resource_tracker, shared_memory
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from shmvec.errors import SharedMemoryTooSmallError
-from shmvec.layout import Leaf
-
-if TYPE_CHECKING:
-    from shmvec.codecs import Codec
+from shmvec.memory.layout import Leaf
 
 _ALIGN = 64
 _SHM_DIR = "/dev/shm"
@@ -60,6 +60,10 @@ _SHM_DIR = "/dev/shm"
 _REWARDS, _TERMINATED, _TRUNCATED, _ACTIONS = "rewards", "terminated", "truncated", "actions"
 _ENCODED_PARTS = ("enc", "len", "crc", "sample")
 _INFO_WORDS, _INFO_MASK = "infowords", "infomask"
+_BELL_CTL, _BELL_CMD, _BELL_ACK = "bellctl", "bellcmd", "bellack"
+# The doorbell's shared words: three cache lines, so the words the main process writes and the ones
+# every worker writes never share one (see memory.doorbell for their meaning).
+BELL_WORDS = 48
 
 
 def _obs_field(j: int) -> str:
@@ -72,6 +76,15 @@ def _final_field(j: int) -> str:
 
 def _encoded_field(part: str, j: int, terminal: bool) -> str:
     return f"{'f' if terminal else ''}{part}{j}"
+
+
+@dataclass(frozen=True)
+class EncodedSize:
+    """What the ring needs to know of an encoded leaf: its worst-case bytes per env (the codec's
+    bound) and whether the codec is lossless (a lossy one also keeps raw samples for checks)."""
+
+    max_bytes: int
+    lossless: bool
 
 
 @dataclass(frozen=True)
@@ -104,28 +117,32 @@ def plan_fields(
     n_envs: int,
     n_slots: int,
     action_leaf: Leaf | None,
-    codecs: Sequence[Codec | None] | None = None,
+    encoded: Sequence[EncodedSize | None] | None = None,
     info_columns: int = 0,
+    n_workers: int = 0,
 ) -> tuple[list[tuple[str, tuple[int, ...], np.dtype]], int]:
     """The ring's fields and the segment size in bytes, before anything is allocated.
 
-    :param codecs: one codec (or None: raw arrays) per observation leaf; None for no codec at all.
+    :param encoded: per observation leaf, its :class:`EncodedSize` (None: raw arrays); None for no
+        encoded leaf at all.
     :param info_columns: 8-byte typed info values per env and slot (0: no info fields).
+    :param n_workers: local worker processes woken through the ring's doorbell (0: none, e.g. a Ray
+        actor's private ring).
     """
     wanted: list[tuple[str, tuple[int, ...], np.dtype]] = []
     for j, leaf in enumerate(obs_leaves):
-        codec = codecs[j] if codecs else None
-        if codec is None:
+        size = encoded[j] if encoded else None
+        if size is None:
             wanted.append((_obs_field(j), (n_slots, n_envs, *leaf.shape), leaf.dtype))
             wanted.append((_final_field(j), (n_envs, *leaf.shape), leaf.dtype))
             continue
         # Rows rounded up to the alignment so envs of different workers never share a cache line.
-        bound = _aligned(codec.max_encoded_size(leaf.shape, leaf.dtype))
+        bound = _aligned(size.max_bytes)
         for terminal in (False, True):
             wanted.append((_encoded_field("enc", j, terminal), (n_envs, bound), np.dtype(np.uint8)))
             wanted.append((_encoded_field("len", j, terminal), (n_envs,), np.dtype(np.int64)))
             wanted.append((_encoded_field("crc", j, terminal), (n_envs,), np.dtype(np.int64)))
-            if not codec.lossless:
+            if not size.lossless:
                 wanted.append((_encoded_field("sample", j, terminal), (n_envs, *leaf.shape), leaf.dtype))
     wanted.append((_REWARDS, (n_slots, n_envs), np.dtype(np.float64)))
     wanted.append((_TERMINATED, (n_slots, n_envs), np.dtype(bool)))
@@ -135,10 +152,14 @@ def plan_fields(
     if info_columns:
         wanted.append((_INFO_WORDS, (n_slots, n_envs, info_columns), np.dtype(np.uint64)))
         wanted.append((_INFO_MASK, (n_slots, n_envs), np.dtype(np.uint8)))
-    size = 0
+    if n_workers:
+        wanted.append((_BELL_CTL, (BELL_WORDS,), np.dtype(np.uint32)))
+        wanted.append((_BELL_CMD, (n_workers, 4), np.dtype(np.uint32)))
+        wanted.append((_BELL_ACK, (n_workers, 4), np.dtype(np.uint32)))
+    total = 0
     for _, shape, dtype in wanted:
-        size = _aligned(size) + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    return wanted, max(size, 1)
+        total = _aligned(total) + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    return wanted, max(total, 1)
 
 
 def _aligned(offset: int) -> int:
@@ -202,11 +223,13 @@ class Ring:
         n_envs: int,
         n_slots: int,
         action_leaf: Leaf | None,
-        codecs: Sequence[Codec | None] | None = None,
+        encoded: Sequence[EncodedSize | None] | None = None,
         info_columns: int = 0,
+        n_workers: int = 0,
     ) -> Ring:
-        """Allocate a zeroed segment for ``n_envs`` envs and ``n_slots`` slots (main process)."""
-        wanted, size = plan_fields(obs_leaves, n_envs, n_slots, action_leaf, codecs, info_columns)
+        """Allocate a zeroed segment for ``n_envs`` envs and ``n_slots`` slots (main process); see
+        :func:`plan_fields` for the rest."""
+        wanted, size = plan_fields(obs_leaves, n_envs, n_slots, action_leaf, encoded, info_columns, n_workers)
         check_free_space(size)
         shm = shared_memory.SharedMemory(create=True, size=size, name=segment_name())
         fields, offset = [], 0
@@ -276,9 +299,18 @@ class Ring:
     @property
     def info_words(self) -> tuple[np.ndarray, np.ndarray] | None:
         """The typed info areas: ``(n_slots, n_envs, columns)`` uint64 values and ``(n_slots, n_envs)``
-        uint8 flags (see :mod:`shmvec.infos`), or None when the ring has none."""
+        uint8 flags (see :mod:`shmvec.memory.infos`), or None when the ring has none."""
         words, mask = self.views.get(_INFO_WORDS), self.views.get(_INFO_MASK)
         return None if words is None or mask is None else (words, mask)
+
+    @property
+    def bell(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """The doorbell's shared words, each worker's command words and what each worker last
+        finished (see :mod:`shmvec.memory.doorbell`), or None when the ring has no doorbell."""
+        ctl = self.views.get(_BELL_CTL)
+        if ctl is None:
+            return None
+        return ctl, self.views[_BELL_CMD], self.views[_BELL_ACK]
 
     def lend_obs(self, leaf_index: int, slot: int) -> np.ndarray:
         """A new array object over observation leaf ``leaf_index`` of ``slot``, for handing out.

@@ -1,4 +1,4 @@
-"""How a worker waits for its next command: it polls its pipe for a short while, then sleeps.
+"""How a worker waits for its next command: it polls for a short while, then sleeps.
 
 A worker that sleeps between two batch steps leaves its CPU idle for the main process's share of
 the step (~0.4-0.9 ms on Pong at 8 envs). On a virtual machine an idle vCPU is halted and handed back
@@ -12,43 +12,42 @@ Polling only pays while the commands come quickly. With a policy in the loop the
 after the forward pass (several ms), and a polling worker would take CPU from the policy's threads;
 so the worker keeps a running average of how long it waited and polls only while that is below the
 budget. While it polls it yields the CPU on every turn (``sched_yield``), so any other runnable
-process on that CPU, the main process included, goes first.
+process on that CPU, the main process included, goes first. What it polls is the worker's command
+words in the ring (:class:`shmvec.memory.doorbell.WorkerBell`): a read of shared memory, no system
+call; sleeping is the doorbell's futex wait.
 """
 
 from __future__ import annotations
 
 import os
-import select
 import time
+from collections.abc import Callable
 
 # Weight of the newest wait in the running average: 7 ms waits stop the polling after one step.
 _NEWEST = 0.25
 
 
 class CommandWait:
-    """Waits until the pipe ``fd`` has something to read (a message, or EOF).
+    """Decides how long a worker polls for its next command before it sleeps.
 
-    :param fd: the worker's end of its pipe to the main process.
     :param spin_s: how long to poll before sleeping, in seconds (0: sleep at once).
     """
 
-    def __init__(self, fd: int, spin_s: float = 0.0) -> None:
+    def __init__(self, spin_s: float = 0.0) -> None:
         self.spin_s = spin_s
-        self.poller = select.poll()
-        self.poller.register(fd, select.POLLIN)
         self.typical = 0.0  # running average of the waits, in seconds
         self.since = time.perf_counter()  # when the worker last finished a command
         self.polled = 0  # waits that polled (for tests and diagnostics)
 
-    def wait(self) -> None:
-        """Return when the pipe is readable, or after polling for :attr:`spin_s` (the caller's
-        blocking read then sleeps until it is)."""
+    def __call__(self, arrived: Callable[[], bool]) -> None:
+        """Return once ``arrived()`` is true, or after polling for :attr:`spin_s` (the caller then
+        sleeps until a command arrives), or at once while commands come slowly."""
         if not self.spin_s or self.typical >= self.spin_s:
             return
         self.polled += 1
-        poll, clock, pause = self.poller.poll, time.perf_counter, os.sched_yield
+        clock, pause = time.perf_counter, os.sched_yield
         end = self.since + self.spin_s
-        while not poll(0) and clock() < end:
+        while not arrived() and clock() < end:
             pause()
 
     def received(self) -> None:

@@ -5,7 +5,7 @@ Many envs return the same few numeric scalars in every step's info (ALE: ``lives
 in the main process is most of what the main process does per env and step on Pong. A *schema* names
 the first keys of an info dict and the exact type of each value (``int``, ``float``, ``bool`` or a
 numpy scalar type such as ``np.int32``); with one in place the worker writes those values into typed
-columns of the ring (see :mod:`shmvec.ring`) and sends only what is left of the info, if anything.
+columns of the ring (see :mod:`shmvec.memory.ring`) and sends only what is left of the info, if anything.
 
 Nothing about the info dicts the caller gets changes: they are rebuilt with the same keys in the same
 order, values of the same type (a Python ``int`` stays an ``int``, an ``np.int32`` an ``np.int32``)
@@ -72,10 +72,15 @@ class InfoSchema:
         its word, in its own size (int64 / float64 / bool for Python values, else the numpy type)."""
         fmt = "<"
         for kind in self.types:
-            dtype = np.dtype(kind)
-            code = _PYTHON_CODES.get(kind) or _NUMPY_CODES[dtype.kind, dtype.itemsize]
+            code = _code(kind)
             fmt += code + "x" * (8 - struct.calcsize("<" + code))
         return struct.Struct(fmt)
+
+
+def _code(kind: type) -> str:
+    """The struct code a value of type ``kind`` is packed with."""
+    dtype = np.dtype(kind)
+    return _PYTHON_CODES.get(kind) or _NUMPY_CODES[dtype.kind, dtype.itemsize]
 
 
 def declared(info_keys: Mapping[str, Any]) -> InfoSchema | None:
@@ -148,6 +153,8 @@ class InfoColumns:
         self.n_envs = mask.shape[1]
         self.record = schema.record()
         self.words = memoryview(words).cast("B")  # type: ignore[arg-type]
+        self.word_bytes = words.view(np.uint8)  # (n_slots, n_envs, 8 * MAX_COLUMNS)
+        self.codes = [_code(kind) for kind in self.types]
         self.flags = memoryview(mask).cast("B")  # type: ignore[arg-type]
         self.make = _dict_maker(schema)
         self.cleared = bytes(self.n_envs)
@@ -179,6 +186,21 @@ class InfoColumns:
         return info
 
     # ------------------------------------------------------------------ main side
+
+    def take(self, slot: int, envs: Sequence[range]) -> tuple[list[np.ndarray], np.ndarray]:
+        """The typed values the workers of ``envs`` wrote into ``slot``, as one array per key over
+        those envs' rows (in ``envs`` order; the dtype Gymnasium's info batching gives a value of the
+        key's type), and a bool mask of the rows whose info was typed. Consumes the flags read."""
+        rows = [i for g in envs for i in g] if len(envs) != 1 else envs[0]
+        mask = self.mask[slot, rows].astype(bool)
+        self.mask[slot, rows] = 0
+        words = self.word_bytes[slot, rows]
+        columns = []
+        for c, (kind, code) in enumerate(zip(self.types, self.codes)):
+            size = struct.calcsize("<" + code)
+            raw = np.ascontiguousarray(words[:, c * 8 : c * 8 + size])
+            columns.append(raw.view(np.dtype(kind)).reshape(len(mask)))
+        return columns, mask
 
     def read(self, slot: int, envs: Sequence[range], infos: dict[int, dict[str, Any]]) -> None:
         """Rebuild the infos of the envs of ``envs`` whose values are in the columns of ``slot``:

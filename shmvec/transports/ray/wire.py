@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from shmvec.layout import Leaf
-from shmvec.ring import Ring, plan_fields
+from shmvec.memory.layout import Leaf
+from shmvec.memory.ring import EncodedSize, Ring, plan_fields
 
 if TYPE_CHECKING:
     from shmvec.codecs import Codec
@@ -35,13 +35,19 @@ Packed = tuple[np.ndarray, np.ndarray, np.ndarray, list[int], list[tuple[Any, An
 class PrivateRing(Ring):
     """The ring's fields as plain arrays in one process: what a worker in a Ray actor writes into.
 
-    Same field table and accessors as the shared ring (:func:`shmvec.ring.plan_fields`), one slot,
+    Same field table and accessors as the shared ring (:func:`shmvec.memory.ring.plan_fields`), one slot,
     no action buffer (actions travel with the call), nothing in ``/dev/shm``.
     """
 
     def __init__(self, obs_leaves: list[Leaf], n_envs: int, codecs: Sequence[Codec | None] | None) -> None:
         # No segment and no mapping: Ring.__init__ is not called, only its accessors are used.
-        wanted, _ = plan_fields(obs_leaves, n_envs, 1, None, codecs)
+        encoded = None
+        if codecs:
+            encoded = [
+                None if c is None else EncodedSize(c.max_encoded_size(leaf.shape, leaf.dtype), c.lossless)
+                for c, leaf in zip(codecs, obs_leaves)
+            ]
+        wanted, _ = plan_fields(obs_leaves, n_envs, 1, None, encoded)
         self.spec = None  # type: ignore[assignment]
         self._shm = None
         self._owner = False

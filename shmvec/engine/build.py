@@ -1,0 +1,63 @@
+"""Building an engine: the options resolved (``n_workers="auto"`` by a probe) and checked, the
+transport picked for the backend, the engine started."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import gymnasium as gym
+
+from shmvec._start_methods import exit_if_reimported_main
+from shmvec.engine import autoworkers
+from shmvec.engine.core import Engine
+from shmvec.engine.flights import FIRST_READY
+from shmvec.engine.groups import split_envs
+from shmvec.engine.options import Options, context
+from shmvec.transports.base import Transport
+
+
+def build(
+    env_fns: Sequence[Callable[[], gym.Env]],
+    start_method: str | None,
+    options: Options,
+    owner: str = "ShmVecEnv",
+    batch_size: int | None = None,
+    order: str = FIRST_READY,
+    info_form: str = "dicts",
+) -> Engine:
+    """An engine stepping ``env_fns`` (see :class:`~shmvec.engine.core.Engine` for the rest).
+
+    :param start_method: multiprocessing start method (default: forkserver where available).
+    :raises ValueError, TypeError: for bad factories or options, before any worker starts.
+    """
+    # A worker re-importing a main script without the __main__ guard stops here with one line.
+    exit_if_reimported_main()
+    env_fns = list(env_fns)
+    if not env_fns:
+        raise ValueError(f"{owner} needs at least one env factory")
+    if not all(callable(fn) for fn in env_fns):
+        raise TypeError("env_fns must be callables that each create an env (e.g. lambda: gym.make(id))")
+    opts = autoworkers.resolve_auto(options, env_fns, start_method, build).checked(len(env_fns))
+    assert isinstance(opts.n_workers, int)
+    resolved, ctx = context(start_method)
+    transport = make_transport(
+        opts, ctx, resolved, split_envs(len(env_fns), opts.n_workers), opts.env_fns(env_fns)
+    )
+    engine = Engine(len(env_fns), opts, transport, owner, batch_size, order, info_form)
+    engine.start_method = resolved
+    return engine
+
+
+def make_transport(
+    options: Options, ctx: Any, start_method: str, worker_envs: list[range], env_fns: list[Callable[[], Any]]
+) -> Transport:
+    """The transport of ``options.backend``: local processes, or Ray actors (imports Ray)."""
+    args = (worker_envs, env_fns, options.worker_threads, options.timeout, options.isolate_rng)
+    if options.backend == "ray":
+        from shmvec.transports.ray.pool import RayTransport  # imports Ray: only for this backend
+
+        return RayTransport(*args, ray_options=options.ray_options)
+    from shmvec.transports.local import LocalTransport
+
+    return LocalTransport(ctx, start_method, *args, worker_cpus=options.worker_cpus)  # type: ignore[arg-type]

@@ -1,0 +1,170 @@
+"""Where each worker stands between ``send`` and ``recv``, and which workers make the next batch.
+
+A worker is idle, *busy* (a step or reset in flight) or *ready* (its reply is in, not yet received
+by the caller). Envs of one worker step one after another, so the unit of scheduling is the worker's
+group: a batch of ``batch_size`` envs is ``batch_size / group`` whole groups, the first ready
+(``"first_ready"``, EnvPool's way) or in a fixed round-robin (``"deterministic"``). With
+``batch_size == num_envs`` a batch is every group: a synchronous step. This module keeps the books
+only; it does no I/O.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from shmvec.wire.messages import Command, Reply
+
+FIRST_READY = "first_ready"
+DETERMINISTIC = "deterministic"
+POOL_ORDERS = (FIRST_READY, DETERMINISTIC)
+
+
+def _fits(num_envs: int, batch_size: int, n_workers: int) -> bool:
+    return num_envs % n_workers == 0 and batch_size % (num_envs // n_workers) == 0
+
+
+def pool_workers(num_envs: int, batch_size: int, n_workers: int | str | None, cpus: int) -> int | str | None:
+    """The worker count of a pool: groups of equal size that fill a batch whole.
+
+    ``n_workers=None``: the smallest count >= ``min(num_envs, cpus)`` (as many workers as CPUs, so
+    the envs left stepping while the caller holds a batch can use every CPU) that divides
+    ``num_envs`` into groups whose size divides ``batch_size``. With ``batch_size == num_envs`` any
+    worker count fills a batch: ``n_workers`` is returned as given.
+
+    :raises ValueError: for a ``batch_size`` out of range, or an ``n_workers`` whose groups cannot
+        fill a batch whole (the message lists the counts that can).
+    """
+    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)):
+        raise TypeError(f"batch_size must be an int or None, got {batch_size!r}")
+    if not 1 <= batch_size <= num_envs:
+        raise ValueError(f"batch_size must be between 1 and num_envs={num_envs}, got {batch_size}")
+    if batch_size == num_envs:
+        return n_workers  # one batch is every group, whatever their sizes
+    valid = [n for n in range(1, num_envs + 1) if _fits(num_envs, batch_size, n)]
+    if n_workers is None:
+        return next(n for n in valid if n >= min(num_envs, cpus))
+    if n_workers not in valid:
+        raise ValueError(
+            f"pool mode fills each batch with whole worker groups of equal size: n_workers={n_workers} "
+            f"cannot split num_envs={num_envs} into groups that fill batch_size={batch_size}; "
+            f"use one of n_workers={valid} (or None to choose)"
+        )
+    return n_workers
+
+
+class Flights:
+    """The books of one engine's workers.
+
+    :param groups: the env indices of each worker.
+    :param batch_size: envs per batch (``num_envs``: every group).
+    :param order: :data:`FIRST_READY` or :data:`DETERMINISTIC`.
+    """
+
+    def __init__(self, groups: list[range], batch_size: int, order: str = FIRST_READY) -> None:
+        if order not in POOL_ORDERS:
+            raise ValueError(f"pool_order must be one of {POOL_ORDERS}, got {order!r}")
+        self.groups, self.order = groups, order
+        n_envs, n_workers = groups[-1].stop, len(groups)
+        self.n_envs = n_envs
+        self.every = batch_size == n_envs
+        self.group_size = len(groups[0])  # every group's, except when a batch is every group
+        self.per_batch = n_workers if self.every else batch_size // self.group_size
+        self.owner = np.repeat(np.arange(n_workers), [len(g) for g in groups])  # env -> worker
+        self.busy: dict[int, Command] = {}  # worker -> the command in flight
+        self.ready: dict[int, tuple[Command, Reply | None]] = {}  # in the order they came in
+        self.pending: dict[int, dict[int, Any]] = {}  # worker -> local env -> action, until all are set
+        self.next_worker = 0  # deterministic order: the first group of the next batch
+        self.last_ids: np.ndarray | None = None  # the envs of the batch received last
+
+    @property
+    def idle(self) -> bool:
+        """Nothing in flight and nothing waiting to be received."""
+        return not self.busy and not self.ready and not self.pending
+
+    def clear(self) -> None:
+        """Forget replies not received and actions of partly sent groups (a reset follows)."""
+        self.ready.clear()
+        self.pending.clear()
+        self.next_worker = 0
+        self.last_ids = None
+
+    def check_ids(self, env_ids: Any) -> np.ndarray:
+        """``env_ids`` as an int64 array.
+
+        :raises ValueError: for anything but distinct env indices in ``0..num_envs-1``.
+        """
+        ids = np.asarray(env_ids)
+        if ids.ndim != 1 or not (ids.dtype.kind in "iu" or ids.size == 0):
+            raise ValueError(f"env_ids must be a 1-d array of env indices, got {env_ids!r}")
+        if ids.size and (ids.min() < 0 or ids.max() >= self.n_envs):
+            raise ValueError(f"env_ids must be in 0..{self.n_envs - 1}, got {ids.tolist()}")
+        if len(np.unique(ids)) != len(ids):
+            raise ValueError(f"env_ids must not repeat an env, got {ids.tolist()}")
+        return ids.astype(np.int64)
+
+    def stage(self, ids: np.ndarray, actions: Any, in_ring: bool) -> list[int]:
+        """Record one action per env of ``ids`` (``in_ring``: already in the ring's action buffer);
+        the workers whose whole group now has its actions, in the order first touched.
+
+        :raises ValueError: for an env still stepping or already given an action (nothing recorded).
+        """
+        workers = self.owner[ids].tolist()
+        for i, w in zip(ids.tolist(), workers):
+            if w in self.busy or w in self.ready:
+                g = self.groups[w]
+                raise ValueError(
+                    f"send(): env {i}'s previous step was not received yet (worker {w} steps envs "
+                    f"{g.start}..{g.stop - 1} together): recv() it before sending a new action"
+                )
+            if i - self.groups[w].start in self.pending.get(w, {}):
+                raise ValueError(f"send(): env {i} already has an action waiting for the rest of its group")
+        touched: list[int] = []
+        for k, (i, w) in enumerate(zip(ids.tolist(), workers)):
+            self.pending.setdefault(w, {})[i - self.groups[w].start] = None if in_ring else actions[k]
+            if w not in touched:
+                touched.append(w)
+        return [w for w in touched if len(self.pending[w]) == len(self.groups[w])]
+
+    def choose(self) -> list[int] | None:
+        """The workers of the next batch (ascending) once they are all ready, else None.
+
+        :raises RuntimeError: when too few groups are stepping to ever fill it (a hang otherwise).
+        """
+        m, n_workers = self.per_batch, len(self.groups)
+        if self.order == FIRST_READY:
+            if len(self.ready) >= m:
+                return sorted(list(self.ready)[:m])
+            if len(self.ready) + len(self.busy) < m:
+                raise RuntimeError(
+                    f"recv(): a batch needs {m} worker group(s) of {self.group_size} envs, but only "
+                    f"{len(self.ready) + len(self.busy)} are stepping: send() actions (or "
+                    "async_reset()) first"
+                )
+            return None
+        workers = self.deterministic_next()
+        idle = [w for w in workers if w not in self.ready and w not in self.busy]
+        if idle:
+            g = self.groups[idle[0]]
+            raise RuntimeError(
+                "recv(): in deterministic order the next batch includes envs "
+                f"{g.start}..{g.stop - 1}, which are not stepping: send() their actions (or "
+                "async_reset()) first"
+            )
+        if all(w in self.ready for w in workers):
+            self.next_worker = (self.next_worker + m) % n_workers
+            return sorted(workers)
+        return None
+
+    def deterministic_next(self) -> list[int]:
+        """The workers of the next batch in deterministic order."""
+        n_workers = len(self.groups)
+        return [(self.next_worker + k) % n_workers for k in range(self.per_batch)]
+
+    def awaited(self) -> tuple[list[int], int]:
+        """The busy workers to wait on for the next batch, and how many of them must answer."""
+        if self.order == FIRST_READY:
+            return sorted(self.busy), self.per_batch - len(self.ready)
+        missing = [w for w in self.deterministic_next() if w in self.busy]
+        return missing, len(missing)

@@ -1,0 +1,82 @@
+"""Gathering a batch out of the ring from several slots: the rows of whole worker groups, each from
+the slot its worker wrote (pool mode, where groups step on their own).
+
+Encoded leaves are decoded first, in order (each env's codec stream advances), into one array per
+leaf that keeps every env's last observation; raw leaves are gathered straight from the ring. With
+``copy=False`` a batch's observations are read-only views of ``n_slots`` buffers reused in turn.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from shmvec.engine.reader import Reader
+from shmvec.memory.layout import Leaf
+from shmvec.memory.ring import Ring
+
+
+class Gather:
+    """The observation buffers of gathered batches.
+
+    :param leaves: the observation leaves.
+    :param ring: the ring.
+    :param reader: decodes encoded leaves.
+    :param batch_size: envs per batch.
+    :param n_slots: the ring's slots (and the read-only buffers reused in turn with ``copy=False``).
+    :param copy: False: read-only views of buffers reused in turn.
+    """
+
+    def __init__(
+        self, leaves: list[Leaf], ring: Ring, reader: Reader, batch_size: int, n_slots: int, copy: bool
+    ) -> None:
+        self.ring, self.reader, self.n_slots, self.n_leaves = ring, reader, n_slots, len(leaves)
+        n_envs = ring.rewards.shape[1]
+        self.readonly_out: list[list[np.ndarray]] | None = None
+        if not copy:
+            self.readonly_out = [
+                [np.zeros((batch_size, *leaf.shape), leaf.dtype) for _ in range(n_slots)] for leaf in leaves
+            ]
+        # Encoded leaves are decoded into one array per leaf (every env's last observation).
+        self.decoded = {j: np.zeros((n_envs, *leaves[j].shape), leaves[j].dtype) for j in reader.decoded}
+        self.raw = {j: ring.obs(j) for j in reader.raw}
+        self.n_read = 0
+
+    def after_reset(self, arrays: list[np.ndarray]) -> None:
+        """A synchronous ``reset()`` of every env returned ``arrays``: the decoded leaves' last
+        observations are theirs."""
+        for j, buf in self.decoded.items():
+            buf[...] = arrays[j]
+
+    def carry_last(self, group: range, slot: int, prev: int) -> None:
+        """The raw rows of ``group`` in ``slot`` become those of ``prev`` (the last the caller saw)."""
+        for obs in self.raw.values():
+            obs[slot, group.start : group.stop] = obs[prev, group.start : group.stop]
+
+    def read(
+        self, rows: list[tuple[int, range]], decode: list[int]
+    ) -> tuple[list[np.ndarray], np.ndarray, np.ndarray, np.ndarray]:
+        """The observation leaves, rewards, terminated and truncated of the batch made of ``rows``
+        (``(slot, group)`` each, in batch order); ``decode``: the envs whose encoded frames are new."""
+        if self.decoded and decode:
+            self.reader.decode_envs(decode, self.decoded)
+        out: list[np.ndarray] = []
+        for j in range(self.n_leaves):
+            parts = [
+                self.decoded[j][g.start : g.stop] if j in self.decoded else self.raw[j][s, g.start : g.stop]
+                for s, g in rows
+            ]
+            if self.readonly_out is None:
+                out.append(np.concatenate(parts))
+            else:
+                buf = self.readonly_out[j][self.n_read % self.n_slots]
+                np.concatenate(parts, out=buf)
+                view = buf.view()
+                view.flags.writeable = False
+                out.append(view)
+        ring = self.ring
+        rewards, terminated, truncated = (
+            np.concatenate([field[s, g.start : g.stop] for s, g in rows])
+            for field in (ring.rewards, ring.terminated, ring.truncated)
+        )
+        self.n_read += 1
+        return out, rewards, terminated, truncated

@@ -1,0 +1,156 @@
+"""Reading a batch: the replies of its workers and their rows of the ring, made into a
+:class:`~shmvec.engine.batch.Batch`.
+
+A batch of every worker, all in one ring slot (every synchronous step), is read from that slot by
+the :class:`~shmvec.engine.reader.Reader`: lent without a copy where a slot is free, terminal
+observations of ended episodes included. Any other batch (pool mode) is gathered from the slots its
+groups wrote (:class:`~shmvec.engine.gather.Gather`). Either way the infos come from the replies
+(what crossed the pipe) and the ring's typed columns, and envs a restart ended carry their
+restart infos (:class:`~shmvec.engine.recovery.Ended`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from shmvec.engine.batch import Batch
+from shmvec.engine.gather import Gather
+from shmvec.engine.recovery import Ended
+from shmvec.engine.slots import Slots
+from shmvec.engine.startup import Layout
+from shmvec.memory.infos import InfoSchema
+from shmvec.wire import messages as m
+
+Arrived = tuple[m.Command, "m.Reply | None"]
+
+
+class BatchReader:
+    """Makes batches for one engine.
+
+    :param layout: the engine's ring, reader and typed infos.
+    :param slots: the slot each worker wrote.
+    :param worker_envs: the env indices of each worker.
+    :param batch_size: envs per batch.
+    :param same_step: terminal observations are read for envs whose episode ended.
+    :param arrays: typed infos stay columns (Gymnasium's face) instead of merged dicts (SB3's).
+    """
+
+    def __init__(
+        self,
+        layout: Layout,
+        slots: Slots,
+        worker_envs: list[range],
+        batch_size: int,
+        same_step: bool,
+        copy: bool,
+        arrays: bool,
+    ) -> None:
+        self.layout, self.slots, self.worker_envs = layout, slots, worker_envs
+        self.ring, self.reader, self.typed = layout.ring, layout.reader, layout.typed
+        self.same_step, self.arrays = same_step, arrays
+        self.n_envs = worker_envs[-1].stop
+        self.gather = Gather(layout.obs_leaves, self.ring, self.reader, batch_size, slots.n_slots, copy)
+        self.learned: InfoSchema | None = None  # a schema learned from the last batch, for the workers
+
+    def whole(self, workers: list[int], arrived: list[Arrived]) -> bool:
+        """Whether the batch of ``workers`` is every worker, all written into one slot."""
+        slot = self.slots.slot
+        return len(workers) == len(self.worker_envs) and all(slot[w] == slot[workers[0]] for w in workers)
+
+    def read(self, workers: list[int], arrived: list[Arrived], ended: Ended) -> Batch:
+        """The batch of ``workers`` (ascending) whose commands and replies are ``arrived``."""
+        if self.whole(workers, arrived):
+            return self._whole(workers, arrived, ended)
+        return self._gathered(workers, arrived, ended)
+
+    def _whole(self, workers: list[int], arrived: list[Arrived], ended: Ended) -> Batch:
+        slot = self.slots.slot[workers[0]]
+        infos: dict[int, dict[str, Any]] = {}
+        reset_infos: dict[int, dict[str, Any]] = {}
+        replied: list[range] = []
+        for w, (_, reply) in zip(workers, arrived):
+            g = self.worker_envs[w]
+            if isinstance(reply, m.Stepped | None):
+                replied.append(g)
+            _collect(reply, g.start, infos, reset_infos)
+        typed = None
+        if self.arrays:
+            typed, self.learned = self.typed.rows([(slot, range(self.n_envs))], infos)
+            for w, (_, reply) in zip(workers, arrived):
+                if typed is not None and isinstance(reply, m.Restarted):
+                    g = self.worker_envs[w]
+                    typed.mask[g.start : g.stop] = False
+        else:
+            self.learned = self.typed.read(slot, replied, infos)
+        infos.update(ended.infos)
+        reset_infos.update(ended.reset_infos)
+        ring = self.ring
+        rewards, terminated, truncated = ring.rewards[slot], ring.terminated[slot], ring.truncated[slot]
+        done: list[int] = []
+        if self.same_step:
+            # Most steps end no episode: ndarray.any() costs a fraction of flatnonzero's Python layers.
+            finished = terminated | truncated
+            if finished.any():
+                done = [i for i in finished.nonzero()[0].tolist() if i not in ended.finals]
+        only = None
+        if ended.carried:
+            carried = {i for w in ended.carried for i in self.worker_envs[w]}
+            only = np.array([i for i in range(self.n_envs) if i not in carried])
+        arrays, finals = self.reader.read(slot, done, only=only)
+        finals.update(ended.finals)
+        return Batch(None, arrays, rewards, terminated, truncated, infos, reset_infos, finals, typed)
+
+    def _gathered(self, workers: list[int], arrived: list[Arrived], ended: Ended) -> Batch:
+        slot, prev = self.slots.slot, self.slots.prev
+        rows = [(slot[w], self.worker_envs[w]) for w in workers]
+        for w in ended.carried:
+            self.gather.carry_last(self.worker_envs[w], slot[w], prev[w])
+        carried = set(ended.carried)
+        decode = [i for w in workers if w not in carried for i in self.worker_envs[w]]
+        obs, rewards, terminated, truncated = self.gather.read(rows, decode)
+        infos: dict[int, dict[str, Any]] = {}
+        reset_infos: dict[int, dict[str, Any]] = {}
+        columns = self.typed.columns
+        typed = None
+        if columns is not None and self.arrays:
+            typed, _ = self.typed.rows(rows, {})
+        pos = 0
+        for (s, g), (cmd, reply) in zip(rows, arrived):
+            by_env: dict[int, dict[str, Any]] = {}
+            by_env_reset: dict[int, dict[str, Any]] = {}
+            _collect(reply, g.start, by_env, by_env_reset)
+            stepped = isinstance(cmd, m.Step) and not isinstance(reply, m.Restarted)
+            if columns is not None and stepped and typed is None:
+                columns.read(s, [g], by_env)
+            if typed is not None and not stepped:
+                typed.mask[pos : pos + len(g)] = False
+            for i in g:
+                if i in ended.infos:
+                    by_env[i] = ended.infos[i]
+            infos.update({pos + i - g.start: info for i, info in by_env.items()})
+            reset_infos.update({pos + i - g.start: info for i, info in by_env_reset.items()})
+            pos += len(g)
+        ids = np.concatenate([np.arange(g.start, g.stop) for _, g in rows]).astype(np.int32)
+        return Batch(ids, obs, rewards, terminated, truncated, infos, reset_infos, {}, typed)
+
+
+def _collect(
+    reply: m.Reply | None,
+    first: int,
+    infos: dict[int, dict[str, Any]],
+    reset_infos: dict[int, dict[str, Any]],
+) -> None:
+    """The infos of one worker's reply, keyed ``first + local env``: a step's non-empty infos and
+    reset infos, or a reset's infos (reported as the batch's infos)."""
+    if isinstance(reply, m.Stepped):
+        for i, info, reset_info in reply.items:
+            if info:
+                infos[first + i] = info
+            if reset_info is not None:
+                reset_infos[first + i] = reset_info
+    elif isinstance(reply, m.ResetDone):
+        for k, reset_info in enumerate(reply.infos):
+            if reset_info:
+                infos[first + k] = reset_info

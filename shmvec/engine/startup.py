@@ -1,0 +1,146 @@
+"""Bringing workers up: start them, check the spaces their envs report, lay out the ring, attach.
+
+The same steps serve the engine's start and restart mode's relaunch of one worker; they use the
+transport and return what they found (spaces, the layout, faults) for the caller to judge.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gymnasium import spaces
+
+from shmvec.codecs import Codec
+from shmvec.engine.faults import Phase, judge
+from shmvec.engine.options import Options
+from shmvec.engine.reader import Reader
+from shmvec.engine.slots import Slots
+from shmvec.engine.typed_infos import TypedInfos, columns_for
+from shmvec.errors import SpaceMismatchError
+from shmvec.memory.infos import InfoSchema
+from shmvec.memory.layout import Leaf, array_action_leaf, leaves
+from shmvec.memory.ring import EncodedSize, Ring
+from shmvec.transports.base import Fault, Outcome, Transport
+from shmvec.wire import messages as m
+
+
+@dataclass
+class Layout:
+    """What the engine's start-up laid out."""
+
+    observation_space: spaces.Space
+    action_space: spaces.Space
+    obs_leaves: list[Leaf]
+    codecs: tuple[Codec | None, ...] | None
+    ring: Ring
+    reader: Reader
+    typed: TypedInfos
+
+
+def start(transport: Transport, workers: Sequence[int], worker_envs: list[range]) -> list[Any]:
+    """Start ``workers``, wait until their envs exist; the ``(observation, action)`` space of every
+    env, in env order.
+
+    :raises: the start-up error (the factory raised, the worker died or hung) after closing the
+        transport's workers is left to the caller; :class:`SpaceMismatchError` if envs disagree.
+    """
+    workers = list(workers)
+    transport.start(workers)
+    outcome = transport.wait(workers, len(workers))
+    verdict = judge(outcome, False, Phase.START_UP, worker_envs)
+    if verdict.error is not None:
+        raise verdict.error
+    env_spaces = [s for w in workers for s in outcome.results[w].spaces]  # type: ignore[union-attr]
+    obs_space, act_space = env_spaces[0]
+    for i, (o, a) in enumerate(env_spaces):
+        if o != obs_space or a != act_space:
+            raise SpaceMismatchError(
+                f"all envs must have the same spaces: env {i} has observation space {o} and action "
+                f"space {a}, env 0 has {obs_space} and {act_space}"
+            )
+    return env_spaces
+
+
+def lay_out(env_spaces: list[Any], options: Options, slots: Slots, n_workers: int) -> Layout:
+    """The ring, reader and typed infos for envs of these spaces (main process)."""
+    obs_space, act_space = env_spaces[0]
+    obs_leaves = leaves(obs_space)
+    codecs = options.leaf_codecs(obs_leaves)
+    local = options.backend == "local"
+    # Ray actors send their infos pickled in the step's one return value anyway: no columns.
+    columns = columns_for(options.info_keys) if local else 0
+    encoded = None
+    if codecs is not None:
+        encoded = [
+            None if c is None else EncodedSize(c.max_encoded_size(leaf.shape, leaf.dtype), c.lossless)
+            for c, leaf in zip(codecs, obs_leaves)
+        ]
+    ring = Ring.create(
+        obs_leaves,
+        len(env_spaces),
+        slots.n_slots,
+        array_action_leaf(act_space),
+        encoded,
+        columns,
+        n_workers if local else 0,
+    )
+    try:
+        threads = options.decode_threads_for(codecs)
+        reader = Reader(obs_leaves, ring, codecs, slots, options.copy, options.tolerance, threads)
+    except BaseException:
+        ring.close()
+        raise
+    return Layout(obs_space, act_space, obs_leaves, codecs, ring, reader, TypedInfos(options.info_keys, ring))
+
+
+def configure_message(options: Options, schema: InfoSchema | None) -> m.Configure | None:
+    """What every worker is told after attaching (None: nothing); ``schema``: the typed info columns
+    in force, if any."""
+    autoreset = None if options.autoreset == "same_step" else options.autoreset
+    spin = options.worker_spin_us or None
+    if not (options.check_finite or autoreset or spin or schema is not None):
+        return None
+    return m.Configure(
+        check_finite=options.check_finite, autoreset=autoreset, spin_us=spin, info_schema=schema
+    )
+
+
+def attach(
+    transport: Transport, workers: Sequence[int], attach_msg: m.Attach, configure: m.Configure | None
+) -> Outcome:
+    """Have ``workers`` map the ring and take their options; what went wrong, if anything."""
+    workers = list(workers)
+    for msg in (attach_msg, configure):
+        if msg is None:
+            continue
+        faults = transport.post(workers, msg)
+        failed = {f.worker for f in faults}
+        live = [w for w in workers if w not in failed]
+        outcome = transport.wait(live, len(live))
+        outcome.faults = sorted(outcome.faults + faults, key=lambda f: f.worker)
+        if outcome.faults or outcome.errors:
+            return outcome
+    return Outcome()
+
+
+def relaunch(
+    transport: Transport,
+    w: int,
+    attach_msg: m.Attach,
+    configure: m.Configure | None,
+    worker_envs: list[range],
+) -> Fault | None:
+    """Restart mode: replace worker ``w`` and bring the new one up; the fault if that failed."""
+    transport.replace(w)
+    outcome = transport.wait([w], 1)
+    if not outcome.faults and not outcome.errors:
+        outcome = attach(transport, [w], attach_msg, configure)
+    if outcome.faults:
+        return outcome.faults[0]
+    if outcome.errors:
+        from shmvec.engine.faults import env_fault
+
+        return env_fault(w, outcome.errors[w], worker_envs[w])
+    return None

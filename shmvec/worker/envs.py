@@ -1,0 +1,308 @@
+"""A worker's envs (a contiguous group of the vector env's) and the handler of each command.
+
+Each ``Step`` writes observations, rewards and flags of the worker's envs into the ring slot named
+by the main process and returns the few non-empty info dicts. An exception in an env becomes a
+:class:`~shmvec.wire.messages.Failed` reply (with env index and traceback) and the worker goes on,
+so one failing ``get_attr`` or ``step`` never leaves the main process waiting on a dead worker.
+The same group runs in a local worker process (:mod:`shmvec.worker.loop`) and in a Ray actor
+(:mod:`shmvec.transports.ray.actor`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import cloudpickle
+import gymnasium as gym
+import numpy as np
+
+from shmvec.errors import ObservationError
+from shmvec.memory.infos import InfoColumns
+from shmvec.memory.layout import Leaf, check_finite, flatten, inf_allowed, leaves, write_leaf
+from shmvec.memory.ring import Ring
+from shmvec.wire import messages as m
+from shmvec.worker.envapi import check_reset, check_step, has_wrapper_attr, is_wrapped, make_env
+from shmvec.worker.process import GlobalRngs
+
+if TYPE_CHECKING:
+    from shmvec.worker.encoder import LeafEncoder
+
+
+class EnvGroup:
+    """State of one worker: its envs and its rows of the ring.
+
+    :param envs: the worker's envs, in env order.
+    :param first_env: global index of the first.
+    :param rngs: per-env global RNG states, or None to leave the globals shared.
+    """
+
+    def __init__(self, envs: list[gym.Env], first_env: int, rngs: GlobalRngs | None = None) -> None:
+        self.rngs = rngs
+        self.envs = envs
+        self.first_env = first_env
+        self.current: int | None = None  # local index of the env being called, for error reports
+        self.space = envs[0].observation_space
+        self.leaves: list[Leaf] = []
+        self.ring: Ring | None = None
+        self.obs: list[Any] = []  # per leaf: the batched ring array, or an EncodedArea
+        self.final: list[Any] = []
+        self.encoders: list[LeafEncoder] = []
+        self.finite_rules: list[bool | None] | None = None  # set by Configure(check_finite=True)
+        self.names: list[str] = []
+        # Autoreset: "same_step" (reset inside the step that ends an episode, SB3's way), "next_step"
+        # (reset in place of the following step) or "disabled" (the caller resets).
+        self.autoreset = "same_step"
+        self.ended = [False] * len(envs)  # envs whose next step is a reset (next_step mode, rebuilt)
+        self.next_seeds: list[int | None] = [None] * len(envs)  # seeds of those resets
+        self.infos: InfoColumns | None = None  # typed info columns, once the engine sends a schema
+        self.spin_s = 0.0  # how long the worker process polls for its next command (see waiting.py)
+        self.actions: np.ndarray | None = None
+
+    def attach(self, msg: m.Attach, ring: Ring | None = None) -> m.Returned:
+        """Map the ring (``ring``: a Ray actor's private ring of this worker's envs only, rows from 0,
+        instead of the spec's) and set up an encoder per encoded leaf."""
+        # The main process has checked the space can be laid out before sending the ring.
+        self.leaves = leaves(self.space)
+        self.ring = Ring.attach(msg.spec) if ring is None else ring
+        lo = self.first_env if ring is None else 0
+        hi = lo + len(self.envs)
+        self.obs, self.final = [], []
+        for j, leaf in enumerate(self.leaves):
+            codec = msg.codecs[j] if msg.codecs else None
+            if codec is None:
+                self.obs.append(self.ring.obs(j)[:, lo:hi])
+                self.final.append(self.ring.final(j)[lo:hi])
+                continue
+            # Imported only with a codec: the default path loads nothing more in the worker.
+            from shmvec.worker.encoder import LeafEncoder
+
+            encoder = LeafEncoder(codec, leaf, self.ring, j, range(lo, hi), msg.verify_every)
+            self.encoders.append(encoder)
+            self.obs.append(encoder.obs)
+            self.final.append(encoder.final)
+        self.rewards = self.ring.rewards[:, lo:hi]
+        self.terminated = self.ring.terminated[:, lo:hi]
+        self.truncated = self.ring.truncated[:, lo:hi]
+        actions = self.ring.actions
+        self.actions = None if actions is None else actions[lo:hi]
+        self.names = [leaf.name for leaf in self.leaves]
+        return m.Returned()
+
+    def configure(self, msg: m.Configure) -> m.Returned:
+        """Apply the options of ``msg`` that are set (see :class:`~shmvec.wire.messages.Configure`)."""
+        if msg.spin_us is not None:
+            self.spin_s = msg.spin_us / 1e6
+        if msg.check_finite:
+            self.finite_rules = inf_allowed(self.space)
+        if msg.autoreset is not None:
+            self.autoreset = msg.autoreset
+        if msg.key_frames:
+            for encoder in self.encoders:
+                for i in range(len(self.envs)):
+                    encoder.restart(i)
+        if msg.info_schema is not None and self.ring is not None and self.ring.info_words is not None:
+            self.infos = InfoColumns(msg.info_schema, *self.ring.info_words)
+        if msg.reset_seeds is not None:
+            self.ended = [True] * len(self.envs)
+            self.next_seeds = list(msg.reset_seeds)
+        return m.Returned()
+
+    def write(self, dst: list[np.ndarray], i: int, obs: Any, terminal: bool = False) -> None:
+        env_index = self.first_env + i
+        values = flatten(self.space, obs, [])
+        if self.finite_rules is not None:
+            # Checked on the values, before any codec: works the same for raw and encoded leaves.
+            found = check_finite([np.asarray(v)[None] for v in values], self.finite_rules, self.names)
+            if found is not None:
+                raise ObservationError(f"env {env_index}, {'terminal ' if terminal else ''}{found[1]}")
+        for leaf, arr, value in zip(self.leaves, dst, values):
+            write_leaf(arr, i, value, leaf, env_index)
+
+    def step(self, msg: m.Step) -> m.Stepped:
+        slot = msg.slot
+        actions = self.actions if msg.actions is None else msg.actions
+        assert actions is not None, "a step without actions needs the ring's typed action buffer"
+        obs_slot = [a[slot] for a in self.obs]
+        rewards, terminated, truncated = self.rewards[slot], self.terminated[slot], self.truncated[slot]
+        same_step = self.autoreset == "same_step"
+        ended = self.ended
+        rngs = self.rngs
+        typed = self.infos
+        replies = []
+        for i, env in enumerate(self.envs):
+            self.current = i
+            if rngs is not None:
+                rngs.enter(i)
+            reset_info = None
+            if ended[i]:
+                # next_step mode: the episode ended in the last step; this step is its reset.
+                ended[i] = False
+                seed, self.next_seeds[i] = self.next_seeds[i], None
+                obs, info = check_reset(env.reset(seed=seed), self.first_env + i)
+                self._restart_codecs(i)
+                term = trunc = False
+                reward = 0.0
+            else:
+                action = actions[i]
+                if isinstance(action, np.ndarray):
+                    # A view into the ring (or into the unpickled batch) must not be kept by the env.
+                    action = action.copy()
+                obs, reward, term, trunc, info = check_step(env.step(action), self.first_env + i)
+                if term or trunc:
+                    if same_step:
+                        # The terminal observation goes to its own area before the reset obs fills
+                        # the slot, and the info is copied: an env may reuse and mutate both in reset().
+                        self.write(self.final, i, obs, terminal=True)
+                        info = copy.deepcopy(info)
+                        obs, reset_info = check_reset(env.reset(), self.first_env + i)
+                        self._restart_codecs(i)
+                    elif self.autoreset == "next_step":
+                        ended[i] = True
+            if rngs is not None:
+                rngs.leave(i)
+            self.write(obs_slot, i, obs)
+            rewards[i] = reward
+            terminated[i] = term
+            truncated[i] = trunc
+            if typed is not None:
+                info = typed.put(slot, self.first_env + i, info)
+            if info or reset_info is not None:
+                replies.append((i, info, reset_info))
+        self.current = None
+        return m.Stepped(replies)
+
+    def _restart_codecs(self, i: int) -> None:
+        for encoder in self.encoders:
+            encoder.restart(i)
+
+    def reset(self, msg: m.Reset) -> m.ResetDone:
+        """Reset the envs (all, or those of the mask); their reset infos, None for envs not reset.
+        Each env's ``reset`` gets its seed and its keyword arguments."""
+        obs_slot = [a[msg.slot] for a in self.obs]
+        infos: list[dict | None] = []
+        for i, env in enumerate(self.envs):
+            if msg.mask is not None and not msg.mask[i]:
+                infos.append(None)
+                continue
+            self.current = i
+            self.ended[i], self.next_seeds[i] = False, None
+            if self.rngs is not None:
+                self.rngs.enter(i)
+            obs, info = check_reset(env.reset(seed=msg.seeds[i], **msg.kwargs[i]), self.first_env + i)
+            if self.rngs is not None:
+                self.rngs.leave(i)
+            self._restart_codecs(i)
+            self.write(obs_slot, i, obs)
+            infos.append(info)
+        self.current = None
+        return m.ResetDone(infos)
+
+    def _each(self, indices: list[int], call: Callable[[gym.Env], Any]) -> m.Returned:
+        results = []
+        for i in indices:
+            self.current = i
+            if self.rngs is not None:
+                self.rngs.enter(i)
+            results.append(call(self.envs[i]))
+            if self.rngs is not None:
+                self.rngs.leave(i)
+        self.current = None
+        return m.Returned(results)
+
+    def get_attr(self, msg: m.GetAttr) -> m.Returned:
+        return self._each(msg.indices, lambda env: env.get_wrapper_attr(msg.attr))
+
+    def has_attr(self, msg: m.HasAttr) -> m.Returned:
+        return self._each(msg.indices, lambda env: has_wrapper_attr(env, msg.attr))
+
+    def set_attr(self, msg: m.SetAttr) -> m.Returned:
+        self._each(msg.indices, lambda env: setattr(env, msg.attr, msg.value))
+        return m.Returned()
+
+    def env_method(self, msg: m.EnvMethod) -> m.Returned:
+        def one(env: gym.Env) -> Any:
+            attr = env.get_wrapper_attr(msg.attr)
+            if msg.value_if_attribute and not callable(attr):
+                return attr
+            return attr(*msg.args, **msg.kwargs)
+
+        return self._each(msg.indices, one)
+
+    def set_wrapper_attr(self, msg: m.SetWrapperAttr) -> m.Returned:
+        for i in msg.indices:
+            self.current = i
+            self.envs[i].set_wrapper_attr(msg.attr, msg.values[self.first_env + i])
+        self.current = None
+        return m.Returned()
+
+    def is_wrapped(self, msg: m.IsWrapped) -> m.Returned:
+        return self._each(msg.indices, lambda env: is_wrapped(env, msg.wrapper_class))
+
+    def render(self, msg: m.Render) -> m.Returned:
+        return self._each(msg.indices, lambda env: env.render())
+
+    def close(self) -> None:
+        for env in self.envs:
+            with contextlib.suppress(Exception):
+                env.close()
+        # Views into the mapping must go before it can be unmapped.
+        self.obs = self.final = []
+        self.encoders = []
+        self.actions = None
+        if self.ring is not None:
+            self.ring.close()
+
+
+Handler = Callable[[Any], m.Reply]
+
+
+def handlers(group: EnvGroup) -> dict[type, Handler]:
+    """The handler of each command a worker serves (all but :class:`~shmvec.wire.messages.Close`)."""
+    return {
+        m.Attach: group.attach,
+        m.Configure: group.configure,
+        m.Step: group.step,
+        m.Reset: group.reset,
+        m.GetAttr: group.get_attr,
+        m.HasAttr: group.has_attr,
+        m.SetAttr: group.set_attr,
+        m.EnvMethod: group.env_method,
+        m.SetWrapperAttr: group.set_wrapper_attr,
+        m.IsWrapped: group.is_wrapped,
+        m.Render: group.render,
+    }
+
+
+def answer(group: EnvGroup, table: dict[type, Handler], msg: m.Command, pid: int) -> m.Reply:
+    """Run one command: its reply, or :class:`~shmvec.wire.messages.Failed` naming the env that raised."""
+    try:
+        return table[type(msg)](msg)
+    except Exception as exc:
+        env_index = None if group.current is None else group.first_env + group.current
+        group.current = None
+        return m.Failed(m.RemoteError.capture(exc, env_index, msg.label, pid))
+
+
+def start_group(
+    env_fns: bytes | list[Callable[[], Any]], first_env: int, isolate_rng: bool, pid: int
+) -> tuple[EnvGroup | None, m.Ready | m.Failed]:
+    """Create a worker's envs (in a worker process or a Ray actor): the group and its start-up reply
+    (the spaces of each env), or None and :class:`~shmvec.wire.messages.Failed`."""
+    envs: list[gym.Env] = []
+    try:
+        fns = cloudpickle.loads(env_fns) if isinstance(env_fns, bytes) else env_fns
+        rngs = GlobalRngs(len(fns)) if isolate_rng else None
+        for i, fn in enumerate(fns):
+            if rngs is not None:
+                rngs.enter(i)
+            envs.append(make_env(fn))
+            if rngs is not None:
+                rngs.leave(i)
+        spaces = [(env.observation_space, env.action_space) for env in envs]
+        group = EnvGroup(envs, first_env, rngs)
+    except BaseException as exc:  # noqa: BLE001 - anything a user factory raises goes back
+        return None, m.Failed(m.RemoteError.capture(exc, first_env + len(envs), m.MAKE_ENV, pid))
+    return group, m.Ready(spaces)
