@@ -26,9 +26,9 @@ import argparse
 import functools
 import importlib.util
 import json
-import resource
 import statistics
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -124,19 +124,54 @@ def run_cleanrl(seed: int, steps: int, hp: dict[str, Any]) -> dict[str, Any]:
     return {"wall_s": time.perf_counter() - start, "episodes": episodes}
 
 
-def _cpu() -> tuple[float, float, float]:
-    """(wall, the machine's busy CPU seconds, CPU seconds of this process's finished children)."""
+class _TreeCpu:
+    """CPU seconds of this process and its descendants (the VecEnv's workers, a forkserver's
+    children too), sampled every 0.2 s while the run lasts: a worker that exits is counted up to its
+    last sample. With the machine's busy time it gives what other processes took meanwhile."""
+
+    def __init__(self) -> None:
+        import psutil
+
+        self._me = psutil.Process()
+        self._seen: dict[int, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _sample(self) -> None:
+        import psutil
+
+        for proc in [self._me, *self._me.children(recursive=True)]:
+            try:
+                times = proc.cpu_times()
+            except psutil.Error:
+                continue
+            self._seen[proc.pid] = times.user + times.system
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.2):
+            self._sample()
+
+    def stop(self) -> float:
+        """Stop sampling; the CPU seconds of the tree."""
+        self._stop.set()
+        self._thread.join()
+        self._sample()
+        return sum(self._seen.values())
+
+
+def run_measured(config: str, seed: int, steps: int, hp: dict[str, Any]) -> dict[str, Any]:
+    """:func:`run_one`, and the cores that processes other than this run kept busy meanwhile (a run
+    on a shared machine is slower for them; the table shows it)."""
     from shmvec.bench.system import cpu_snapshot
 
-    children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return time.perf_counter(), cpu_snapshot([]).machine_busy_s, children.ru_utime + children.ru_stime
-
-
-def _others_cores(before: tuple[float, float, float], after: tuple[float, float, float]) -> float:
-    """Cores that processes other than the run (and this script) kept busy while it ran: a run on a
-    shared machine is slower for it, so the table shows it."""
-    wall, busy, ours = (b - a for a, b in zip(before, after))
-    return max(0.0, (busy - ours) / wall)
+    start, busy = time.perf_counter(), cpu_snapshot([]).machine_busy_s
+    tree = _TreeCpu()
+    out = run_one(config, seed, steps, hp)
+    ours = tree.stop()
+    wall = time.perf_counter() - start
+    out["others_cores"] = max(0.0, (cpu_snapshot([]).machine_busy_s - busy - ours) / wall)
+    return out
 
 
 def run_one(config: str, seed: int, steps: int, hp: dict[str, Any]) -> dict[str, Any]:
@@ -221,7 +256,7 @@ def main() -> int:
         args.steps, args.seeds = 2048, "0"
         hp.update(n_steps=32, batch_size=64, n_epochs=1)
     if args.one:
-        out = run_one(args.one[0], int(args.one[1]), args.steps, hp)
+        out = run_measured(args.one[0], int(args.one[1]), args.steps, hp)
         print(json.dumps(out))
         return 0
     if args.from_json:
@@ -237,9 +272,7 @@ def main() -> int:
             # The order turns with each seed, so no configuration always runs first.
             for config in configs[k % len(configs) :] + configs[: k % len(configs)]:
                 argv = ["--one", config, str(seed), "--steps", str(args.steps)]
-                before = _cpu()
                 run = run_fresh(__file__, argv + (["--smoke"] if args.smoke else []))
-                run["others_cores"] = _others_cores(before, _cpu())
                 result["runs"].append({"config": config, "seed": seed, **run})
                 print(f"seed {seed} {config}: {run['wall_s']:.1f} s", file=sys.stderr, flush=True)
                 if args.json:  # after every run: an interrupted session keeps what it measured

@@ -16,11 +16,11 @@ from tests.helpers import ROOT, require, run_python
 RUN = [(float(i), 100 * i, r) for i, r in enumerate([0, 0, 0, 0, 0, 1, 1, 1, 1, 1], start=1)]
 
 
-def test_curve_is_the_mean_of_the_last_window_episodes_and_nan_outside_the_run():
+def test_curve_is_the_mean_of_the_last_window_episodes_and_holds_after_the_run():
     grid = np.array([0.5, 1.0, 5.0, 7.0, 10.0, 11.0])
     got = curves.curve(RUN, 0, grid, window=4)
-    # Before 4 episodes: NaN; 7.0: episodes 4..7 -> returns 0, 0, 1, 1; 10.0: the last 4, all 1.
-    np.testing.assert_array_equal(got, [np.nan, np.nan, 0.0, 0.5, 1.0, np.nan])
+    # Before 4 episodes: NaN; 7.0: episodes 4..7 -> returns 0, 0, 1, 1; 10.0 and after: the last 4.
+    np.testing.assert_array_equal(got, [np.nan, np.nan, 0.0, 0.5, 1.0, 1.0])
     np.testing.assert_array_equal(curves.curve(RUN, 1, np.array([800.0]), window=4), [0.75])
 
 

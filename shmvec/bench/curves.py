@@ -48,8 +48,9 @@ def curve(episodes: Sequence[Episode], axis: int, grid: np.ndarray, window: int 
     """The mean return of the last ``window`` episodes finished by each point of ``grid``.
 
     :param axis: 0 for seconds, 1 for env steps.
-    :returns: one value per grid point; NaN after the last episode, and before ``min(window, 10)``
-        episodes have finished (the first few are the short ones: their mean says little).
+    :returns: one value per grid point; NaN before ``min(window, 10)`` episodes have finished (the
+        first few are the short ones: their mean says little). After the run's last episode the
+        value stays: a run that ended sooner has its final return while the others still train.
     """
     xs = np.array([e[axis] for e in episodes], dtype=float)
     returns = np.array([e[2] for e in episodes], dtype=float)
@@ -58,7 +59,7 @@ def curve(episodes: Sequence[Episode], axis: int, grid: np.ndarray, window: int 
     first = np.maximum(done - window, 0)
     with np.errstate(invalid="ignore", divide="ignore"):
         means = (sums[done] - sums[first]) / (done - first)
-    return np.where((done >= min(window, 10)) & (grid <= xs[-1]), means, np.nan)
+    return np.where(done >= min(window, 10), means, np.nan)
 
 
 def time_to(episodes: Sequence[Episode], threshold: float, window: int = WINDOW) -> Episode | None:
@@ -127,7 +128,6 @@ def plot(
             curves = np.array([curve(r, axis, grid, window) for r in seeds if r])
             if not len(curves):
                 continue
-            # A seed whose run ended earlier stops there: the band covers the seeds still running.
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)  # columns where no seed has a value
                 mean, low, high = (f(curves, axis=0) for f in (np.nanmean, np.nanmin, np.nanmax))
