@@ -2,9 +2,10 @@
 
     ray start --head --port=6379                 # on the head machine
     ray start --address=HEAD_IP:6379             # on every other machine
-    python examples/ray_cluster_ppo.py --address auto --n-envs 64 --n-workers 16 --spread
+    python examples/ray_cluster_ppo.py --address auto --n-envs 64 --n-workers 16
 
-Each worker (a group of ``n_envs / n_workers`` envs) is a Ray actor; observations come back encoded
+Each worker (a group of ``n_envs / n_workers`` envs) is a Ray actor, spread over the nodes with a
+CPU of its own (``--num-cpus`` changes how much it reserves); observations come back encoded
 by the lossless ``delta`` codec (about 100 bytes per Atari frame instead of 100 KB), rewards, flags
 and infos with them in the same Ray call. The policy and the PPO update stay in this process. Without
 ``--address`` a local Ray is started and shut down at the end, so this also runs on one machine.
@@ -46,8 +47,7 @@ def main() -> None:
     parser.add_argument("--env", default="PongNoFrameskip-v4", help="an Atari id that does not skip frames")
     parser.add_argument("--n-envs", type=int, default=8, help="parallel envs")
     parser.add_argument("--n-workers", type=int, default=2, help="Ray actors (groups of envs)")
-    parser.add_argument("--num-cpus", type=float, default=None, help="CPUs reserved per actor")
-    parser.add_argument("--spread", action="store_true", help="spread the actors over the nodes")
+    parser.add_argument("--num-cpus", type=float, default=None, help="CPUs reserved per actor (default 1)")
     parser.add_argument("--steps", type=int, default=100_000, help="total env steps")
     parser.add_argument("--seed", type=int, default=0, help="seed of the envs and the algorithm")
     args = parser.parse_args()
@@ -57,8 +57,6 @@ def main() -> None:
     ray_options: dict = {}
     if args.num_cpus is not None:
         ray_options["num_cpus"] = args.num_cpus
-    if args.spread:
-        ray_options["scheduling_strategy"] = "SPREAD"
     gym.register_envs(ale_py)
     venv = make_atari_env(
         functools.partial(make_game, args.env),

@@ -112,15 +112,7 @@ class ShmVectorEnv(PoolMethods, VectorEnv):
         self.batch_size = n_envs if batch_size is None else batch_size
         opts = Options.from_kwargs("ShmVectorEnv", options, autoreset=_ENGINE_MODES[mode])
         if batch_size is not None:
-            if batch_size != n_envs and opts.n_workers == "auto":
-                raise ValueError(
-                    "n_workers='auto' does not apply to pool mode (batch_size < num_envs): pass None to "
-                    "let the pool's grouping rule choose, or a count"
-                )
-            n_workers = pool_workers(n_envs, batch_size, opts.n_workers, usable_cpus())
-            opts = Options.from_kwargs(
-                "ShmVectorEnv", {**options, "n_workers": n_workers}, autoreset=opts.autoreset
-            )
+            pool_workers(n_envs, batch_size, opts.n_workers, usable_cpus())  # checks the sizes
             if batch_size < n_envs and mode is not AutoresetMode.NEXT_STEP:
                 raise ValueError(
                     f"pool mode (batch_size < num_envs) needs autoreset_mode NEXT_STEP, got {mode}"

@@ -20,7 +20,9 @@ import pytest
 from gymnasium import spaces
 
 from shmvec import ClosedError, ShmVectorEnv
+from shmvec.engine import autoworkers
 from shmvec.engine.flights import pool_workers
+from shmvec.synthetic import SyntheticImageEnv
 from shmvec.vector_pool import _BatchInfos
 from tests.envs import DictImageEnv, FaultyEnv
 from tests.helpers import assert_obs_equal
@@ -238,6 +240,44 @@ def test_slow_env_does_not_hold_back_first_ready(no_leaks):
     assert fast >= 5 * 3 * (counts[0] - 1), dict(counts)
 
 
+# ---------------------------------------------------------------- the default grouping
+
+
+def _slow_first(n: int, slow_s: float = 0.1, fast_s: float = 0.002) -> list:
+    return [functools.partial(FaultyEnv, delay=slow_s if i == 0 else fast_s) for i in range(n)]
+
+
+def test_by_default_a_slow_env_holds_back_no_other(no_leaks):
+    """Pool mode's default measures the envs: envs that wait get a worker each, so a slow env (100 ms
+    per step against 2 ms) comes back in few batches while every fast env comes back in many. With
+    the old grouping (two workers of four envs) env 0's three group mates came back as rarely as it
+    did. Counts of batches, not timings: the margin is 50x."""
+    with closing(make(_slow_first(8), batch_size=4)) as env:
+        assert env.n_workers == 8
+        env.async_reset(seed=0)
+        seen = defaultdict(int)
+        for _ in range(40):
+            *_, infos = env.recv()
+            for i in infos["env_id"].tolist():
+                seen[i] += 1
+            env.send(np.zeros(4, np.int64))
+    assert seen[0] <= 4, dict(seen)
+    assert min(seen[i] for i in range(1, 8)) >= 10, dict(seen)
+
+
+def test_computing_envs_keep_the_grouping_rule(no_leaks, monkeypatch):
+    """Envs that compute get as many workers as CPUs (groups filling a batch whole), as before."""
+    monkeypatch.setattr(autoworkers, "usable_cpus", lambda: 2)
+    fns = [functools.partial(SyntheticImageEnv, (4, 4, 1), work_s=0.003)] * 8
+    with closing(make(fns, batch_size=4)) as env:
+        assert env.n_workers == 2
+
+
+def test_an_explicit_count_is_kept(no_leaks):
+    with closing(make(_slow_first(8, slow_s=0.0), batch_size=4, n_workers=4)) as env:
+        assert env.n_workers == 4
+
+
 # ---------------------------------------------------------------- refused calls
 
 
@@ -287,7 +327,6 @@ def test_refused_calls(no_leaks):
         ({"batch_size": 0}, r"batch_size must be between 1 and num_envs=6, got 0"),
         ({"batch_size": 2, "autoreset_mode": "same_step"}, "needs autoreset_mode NEXT_STEP"),
         ({"batch_size": 2, "pool_order": "fifo"}, "pool_order must be one of"),
-        ({"batch_size": 2, "n_workers": "auto"}, "n_workers='auto' does not apply to pool mode"),
     ],
 )
 def test_bad_pool_options(no_leaks, kwargs, message):

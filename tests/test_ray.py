@@ -8,14 +8,18 @@ CI installs the ``[ray]`` extra before its slow step.
 from __future__ import annotations
 
 import functools
-import os
-import shutil
 import time
 
 import numpy as np
 import pytest
 
-from tests.ray_helpers import CorruptingCodec, loopback_environ, start_cluster
+from tests.ray_helpers import (
+    CorruptingCodec,
+    local_cluster,
+    loopback_environ,
+    nothing_left_in_ray,
+    worker_nodes,
+)
 
 loopback_environ()  # before Ray is imported
 ray = pytest.importorskip("ray", reason='Ray is not installed (pip install -e ".[ray]")')
@@ -38,21 +42,18 @@ DICT32 = functools.partial(make_dict_env, 32, 12)
 
 @pytest.fixture(scope="module")
 def cluster():
-    cluster = start_cluster(2)
-    addresses = {node["NodeManagerAddress"] for node in ray.nodes()}
-    assert addresses == {"127.0.0.1"}, f"a Ray node is not on loopback: {addresses}"
-    yield cluster
-    ray.shutdown()
-    cluster.shutdown()
-    shutil.rmtree(os.environ["RAY_TMPDIR"], ignore_errors=True)
+    with local_cluster(2, cpus=1) as cluster:
+        yield cluster
 
 
 @pytest.fixture
 def leaks(cluster):
-    """Fail if a test leaves a shared-memory segment, or leaves the driver's Ray connection changed."""
+    """Fail if a test leaves a shared-memory segment, a placement group or a live actor, or leaves
+    the driver's Ray connection changed."""
     segments = shm_segments()
     address = ray.get_runtime_context().gcs_address
-    yield
+    with nothing_left_in_ray():
+        yield
     assert shm_segments() - segments == set(), "shared-memory segments leaked"
     assert ray.is_initialized() and ray.get_runtime_context().gcs_address == address
 
@@ -174,6 +175,13 @@ def test_pool_mode_on_ray_killed_actor(leaks, on_crash):
         assert sorted(restarted) == [2, 3] and venv.n_restarts == 1
     finally:
         venv.close()
+
+
+def test_default_placement_puts_two_workers_on_two_nodes(leaks):
+    """Without ray_options each worker reserves a CPU of its own node (Ray's default packs)."""
+    placed = worker_nodes(10, 2, DICT32)
+    together = [nodes for nodes in placed if len(set(nodes)) != 2]
+    assert not together, f"{len(together)} of 10 runs had both workers on one node"
 
 
 def test_actors_spread_over_nodes(leaks):

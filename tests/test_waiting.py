@@ -21,7 +21,7 @@ from shmvec.engine.groups import usable_cpus
 from shmvec.engine.options import DEFAULT_SPIN_US, Options, resolve_spin
 from shmvec.engine.startup import configure_message
 from shmvec.memory.doorbell import CHECK_PARENT_S, WorkerBell
-from shmvec.memory.ring import BELL_WORDS
+from shmvec.memory.ring import bell_words
 from shmvec.worker.waiting import CommandWait
 from tests.envs import TinyImageEnv
 from tests.test_equivalence import run_both
@@ -84,7 +84,7 @@ def test_polling_is_bounded_and_a_closed_pipe_ends_the_wait(pipe):
     """A worker whose main process is gone (its pipe hung up) stops waiting for commands: after its
     polling budget, within the doorbell's parent check (CHECK_PARENT_S)."""
     r, w = pipe
-    words = (np.zeros(BELL_WORDS, np.uint32), np.zeros((1, 4), np.uint32), np.zeros((1, 4), np.uint32))
+    words = (np.zeros(bell_words(1), np.uint32), np.zeros((1, 4), np.uint32), np.zeros((1, 4), np.uint32))
     wake = os.eventfd(0, os.EFD_NONBLOCK)
     try:
         bell = WorkerBell(words, 0, wake, r, CommandWait(spin_s=0.2))

@@ -31,7 +31,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from shmvec.bench.backends import GymVectorAdapter
+from shmvec.bench.adapters import GymVectorAdapter
 from shmvec.bench.envs import _make_registered
 from shmvec.errors import install_hint
 

@@ -22,10 +22,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numba
 import numpy as np
 
 from shmvec.codecs.base import Codec, CodecError, byte_view, nbytes, out_bytes
+from shmvec.codecs.runs import _BLOCK, _apply_runs, _encode_runs  # noqa: F401 - _BLOCK: tests
 
 _HEAD = struct.Struct("<BII")  # kind, frame counter, payload bytes before compression
 _HEADER = _HEAD.size
@@ -35,71 +35,6 @@ _LOST = (
     "delta: frame {seq} follows frame {last}: a frame was lost and the decoder's reference is stale "
     "(reset the envs to start new key frames)"
 )
-_BLOCK = 32  # words per block of the encoder's unchanged-block test
-
-
-def _encode_runs(cur: np.ndarray, prev: np.ndarray, runs: np.ndarray) -> int:  # pragma: no cover
-    """Write the runs of words where ``cur`` differs from ``prev`` into ``runs``; set ``prev = cur``.
-
-    All arrays are uint64; ``runs`` has room for ``cur.size + 1`` words (the worst case: runs of one
-    changed word each, separated by one unchanged word). Returns the number of words written.
-    """
-    m = 0
-    w = 0
-    last = 0
-    nw = cur.size
-    zero = np.uint64(0)
-    while w < nw:
-        # Most blocks are unchanged: an OR of XORs over a block has no branch per word, so the
-        # compiler vectorises it and the pass runs at memory speed.
-        end = min(w + _BLOCK, nw)
-        acc = zero
-        for k in range(w, end):
-            acc |= cur[k] ^ prev[k]
-        if acc == zero:
-            w = end
-            continue
-        while w < end and cur[w] == prev[w]:
-            w += 1
-        start = w
-        while w < nw and cur[w] != prev[w]:
-            w += 1
-        runs[m] = (np.uint64(start - last) << np.uint64(32)) | np.uint64(w - start)
-        m += 1
-        for k in range(start, w):
-            runs[m] = cur[k] ^ prev[k]
-            prev[k] = cur[k]
-            m += 1
-        last = w
-    return m
-
-
-def _apply_runs(runs: np.ndarray, m: int, prev: np.ndarray) -> bool:  # pragma: no cover
-    """XOR the first ``m`` words of runs made by :func:`_encode_runs` into ``prev``; False for runs
-    that reach past the frame."""
-    i = 0
-    w = 0
-    mask = np.uint64(0xFFFFFFFF)
-    while i < m:
-        head = runs[i]
-        w += int(head >> np.uint64(32))
-        length = int(head & mask)
-        i += 1
-        if w + length > prev.size or i + length > m:
-            return False
-        for k in range(length):
-            prev[w + k] ^= runs[i + k]
-        i += length
-        w += length
-    return True
-
-
-# Compiled once per machine (cache=True keeps the machine code next to this file, or in numba's
-# user cache when that is read-only); nogil so that a batch decodes in parallel threads.
-_encode_runs = numba.njit(nogil=True, cache=True)(_encode_runs)
-_apply_runs = numba.njit(nogil=True, cache=True)(_apply_runs)
-
-
 _FUSED: Any = None  # shmvec.codecs.fused once imported, False where it cannot work
 _CORRUPT_HEADER = "delta: corrupt frame header"
 _CORRUPT_RUNS = "delta: corrupt runs (they reach past the frame)"

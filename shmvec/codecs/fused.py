@@ -21,7 +21,7 @@ import numpy as np
 from numba import types
 
 from shmvec.codecs import native
-from shmvec.codecs.delta import _apply_runs, _encode_runs
+from shmvec.codecs.runs import _apply_runs, _encode_runs
 
 # Status codes of decode_frame (0: decoded).
 OK, BAD_HEADER, LOST, BAD_DATA, BAD_RUNS = 0, 1, 2, 3, 4

@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 
+from shmvec.engine.flights import pool_workers
 from shmvec.engine.groups import usable_cpus
 from shmvec.wire import messages as m
 from shmvec.worker.envapi import make_env
@@ -151,10 +152,18 @@ def probe(
 
 
 def resolve_auto(
-    options: Options, env_fns: Sequence[Callable[[], gym.Env]], start_method: str | None, build: Builder
+    options: Options,
+    env_fns: Sequence[Callable[[], gym.Env]],
+    start_method: str | None,
+    build: Builder,
+    batch_size: int | None = None,
 ) -> Options:
     """``options`` with ``n_workers="auto"`` replaced by the chosen count (unchanged otherwise).
 
+    :param batch_size: pool mode's batch size (None: not pool mode). A pool's groups must fill a
+        batch whole: envs that wait get one worker each (a group of one: a slow env holds back no
+        other), envs that compute the pool's grouping rule
+        (:func:`~shmvec.engine.flights.pool_workers`).
     :raises ValueError: for a string other than ``"auto"``.
     """
     n_workers = options.n_workers
@@ -166,5 +175,11 @@ def resolve_auto(
     if n_envs <= cpus:  # no other count is possible: one worker per env
         return replace(options, n_workers=max(n_envs, 1))
     measured = probe(env_fns, start_method, options, build)
-    chosen = min(n_envs, cpus) if measured is None else choose_workers(n_envs, cpus, measured.busy_fraction)
+    if batch_size is not None:
+        waits = measured is not None and measured.busy_fraction < CPU_BOUND
+        chosen = n_envs if waits else pool_workers(n_envs, batch_size, None, cpus)
+    elif measured is None:
+        chosen = min(n_envs, cpus)
+    else:
+        chosen = choose_workers(n_envs, cpus, measured.busy_fraction)
     return replace(options, n_workers=chosen)

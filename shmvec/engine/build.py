@@ -4,6 +4,7 @@ transport picked for the backend, the engine started."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import gymnasium as gym
@@ -38,7 +39,13 @@ def build(
         raise ValueError(f"{owner} needs at least one env factory")
     if not all(callable(fn) for fn in env_fns):
         raise TypeError("env_fns must be callables that each create an env (e.g. lambda: gym.make(id))")
-    opts = autoworkers.resolve_auto(options, env_fns, start_method, build).checked(len(env_fns))
+    pool = batch_size is not None and batch_size < len(env_fns)
+    if pool and options.n_workers is None:
+        # Pool mode is for envs whose steps take uneven time: measured, a waiting env gets a worker
+        # of its own, so that a slow env holds back no other (see autoworkers.resolve_auto).
+        options = replace(options, n_workers="auto")
+    opts = autoworkers.resolve_auto(options, env_fns, start_method, build, batch_size if pool else None)
+    opts = opts.checked(len(env_fns))
     assert isinstance(opts.n_workers, int)
     resolved, ctx = context(start_method)
     transport = make_transport(
@@ -55,7 +62,7 @@ def make_transport(
     """The transport of ``options.backend``: local processes, or Ray actors (imports Ray)."""
     args = (worker_envs, env_fns, options.worker_threads, options.timeout, options.isolate_rng)
     if options.backend == "ray":
-        from shmvec.transports.ray.pool import RayTransport  # imports Ray: only for this backend
+        from shmvec.transports.ray.transport import RayTransport  # imports Ray: only for this backend
 
         return RayTransport(*args, ray_options=options.ray_options)
     from shmvec.transports.local import LocalTransport

@@ -23,7 +23,7 @@ import numpy as np
 from shmvec.engine import startup
 from shmvec.engine.batch import Batch
 from shmvec.engine.faults import Phase, Verdict, judge
-from shmvec.engine.flights import FIRST_READY, Flights
+from shmvec.engine.flights import FIRST_READY, Flights, check_count
 from shmvec.engine.groups import by_worker, split_envs, usable_cpus
 from shmvec.engine.options import Options
 from shmvec.engine.reading import BatchReader
@@ -204,40 +204,27 @@ class Engine:
         """
         self.check_open()
         flights, ring = self.flights, self.ring
-        every = env_ids is None
-        if every and not flights.idle:
+        if env_ids is not None:
+            workers, per_worker = flights.stage(flights.check_ids(env_ids), actions, ring)
+            if workers:
+                self._post_steps(workers, per_worker, [self.slots.advance(w) for w in workers])
+            return
+        if not flights.idle:
             raise RuntimeError("step_async() called twice without step_wait() (or send() before recv())")
-        ids = None if every else flights.check_ids(env_ids)
-        want = self.num_envs if ids is None else len(ids)
-        try:
-            given = len(actions)
-        except TypeError:
-            raise TypeError(
-                f"actions must be a sequence of {want} actions (one per env, e.g. an array of shape "
-                f"({want}, ...)), got {type(actions).__name__}"
-            ) from None
-        if given != want:
-            raise ValueError(
-                f"expected {want} actions (one per env{'' if every else ' of env_ids'}), got {given}"
-            )
-        in_ring = ring.takes_actions(actions)
-        if ids is None:
-            if in_ring:
-                np.copyto(ring.actions, actions)  # type: ignore[arg-type]
-            workers = list(range(self.n_workers))
-            per_worker = None if in_ring else [actions[g.start : g.stop] for g in self.worker_envs]
-            self._post_steps(workers, per_worker, every=True)
-            return
-        if in_ring:
-            ring.actions[ids] = actions  # type: ignore[index]
-        workers = flights.stage(ids, actions, in_ring)
-        if not workers:
-            return
-        staged = [flights.pending.pop(w) for w in workers]
-        per_worker = None if in_ring else [[a for _, a in sorted(p.items())] for p in staged]
-        self._post_steps(workers, per_worker, every=False)
+        check_count(actions, self.num_envs, "")
+        if ring.takes_actions(actions):
+            np.copyto(ring.actions, actions)  # type: ignore[arg-type]
+            per_worker = None
+        else:
+            per_worker = [list(actions[g.start : g.stop]) for g in self.worker_envs]
+        slot = self.slots.advance_all()
+        if self.restart:
+            self.reader.keep_previous()
+        self._post_steps(list(range(self.n_workers)), per_worker, [slot] * self.n_workers)
 
-    def _post_steps(self, workers: list[int], actions: list[Any] | None, every: bool) -> None:
+    def _post_steps(self, workers: list[int], actions: list[Any] | None, slots: list[int]) -> None:
+        """Post a step to each of ``workers`` (into its slot of ``slots``; ``actions``: one list per
+        worker, or None when they are in the ring)."""
         flights, needs_reset = self.flights, self.supervisor.needs_reset
         schema = self.reading.learned
         if schema is not None and not flights.busy and not flights.ready:
@@ -245,29 +232,28 @@ class Engine:
             # typed columns from now on (a worker rebuilt meanwhile gets it when it attaches).
             self.reading.learned = None
             self.ask(range(self.n_workers), m.Configure(info_schema=schema), Phase.STEP)
-        if every:
-            slot = self.slots.advance_all()
-            if self.restart:
-                self.reader.keep_previous()
-            slots = [slot] * len(workers)
+        every = actions is None and len(workers) == self.n_workers and len(set(slots)) == 1
+        if every and not needs_reset:  # every synchronous step: one message object for all
+            posted: list[int] = workers
+            commands: list[m.Step] = [m.Step(slots[0])] * len(workers)
         else:
-            slots = [self.slots.advance(w) for w in workers]
-        posted, commands = [], []
-        for k, w in enumerate(workers):
-            step = m.Step(slots[k], None if actions is None else list(actions[k]))
-            if w in needs_reset:
-                # Restart mode: rebuilt since its last step, its envs are fresh and not reset: they
-                # end their episode in this step instead of stepping.
-                flights.ready[w] = (step, m.Restarted(self.recovery.reason(w)))
-                continue
-            posted.append(w)
-            commands.append(step)
-        if not posted:
-            return
+            posted, commands = [], []
+            for k, w in enumerate(workers):
+                step = m.Step(slots[k], None if actions is None else actions[k])
+                if w in needs_reset:
+                    # Restart mode: rebuilt since its last step, its envs are fresh and not reset:
+                    # they end their episode in this step instead of stepping.
+                    flights.ready[w] = (step, m.Restarted(self.recovery.reason(w)))
+                    continue
+                posted.append(w)
+                commands.append(step)
+            if not posted:
+                return
         # Before sending: idle policy threads free the workers' cores when they need them, unless
         # the next batch can come from other envs and these step while the policy runs.
-        self.pause_policy_threads(overlapped=len(flights.ready) + len(flights.busy) >= flights.per_batch)
-        one = every and actions is None and len(posted) == self.n_workers
+        if self._openmp is not None:
+            self._openmp.before_step(len(flights.ready) + len(flights.busy) >= flights.per_batch)
+        one = every and len(posted) == self.n_workers
         faults = self.transport.post(
             range(self.n_workers) if one else posted, commands[0] if one else commands
         )
@@ -296,13 +282,15 @@ class Engine:
                 raise multiprocessing.TimeoutError(f"the next batch did not arrive within {limit:g} s")
             self.land(outcome)
         arrived = [flights.ready.pop(w) for w in workers]
-        self.steps_received()
+        if self._openmp is not None:
+            # What the workers needed meanwhile decides later pauses (see shmvec.openmp).
+            self._openmp.after_step()
         restarted = {
             w: (self.slots.slot[w], reply.reason)
             for w, (_, reply) in zip(workers, arrived)
-            if isinstance(reply, m.Restarted)
+            if type(reply) is m.Restarted
         }
-        ended = Ended()
+        ended = _NOTHING_ENDED
         if restarted:
             whole = self.reading.whole(workers, arrived)
             ended, error = self.recovery.end_episodes(restarted, self.same_step and whole)
@@ -318,6 +306,8 @@ class Engine:
         flights = self.flights
         for w, reply in outcome.results.items():
             flights.ready[w] = (flights.busy.pop(w), reply)
+        if not outcome.errors and not outcome.faults:
+            return
         failed = list(outcome.errors) + [f.worker for f in outcome.faults]
         sent = {w: flights.busy.pop(w, m.Step(self.slots.slot[w])) for w in failed}
         phase = Phase.RESET if any(isinstance(c, m.Reset) for c in sent.values()) else Phase.STEP
@@ -369,31 +359,10 @@ class Engine:
         arguments of ``kwargs`` (``{"options": ...}`` or ``{}``: the face's convention); the
         observation leaves of the batch (envs not reset keep their last observation) and the reset
         infos (None for envs not reset). Steps in flight are waited for and dropped first."""
-        self.check_open()
-        self.drain()
-        slot = self.slots.advance_all()
-        if self.restart or mask is not None:
-            self.reader.keep_previous()
-        self.supervisor.note_seeds(seeds)
-        workers = list(range(self.n_workers))
-        commands = [
-            m.Reset(
-                slot,
-                list(seeds[g.start : g.stop]),
-                list(kwargs[g.start : g.stop]),
-                None if mask is None else [bool(x) for x in mask[g.start : g.stop]],
-            )
-            for g in self.worker_envs
-        ]
-        for w, c in zip(workers, commands):
-            self.flights.busy[w] = c
-        faults = self.transport.post(workers, commands)
-        done = self.transport.wait(
-            [w for w in workers if w not in {f.worker for f in faults}], self.n_workers
-        )
-        done.faults = sorted(done.faults + faults, key=lambda f: f.worker)
-        self.land(done)
-        replies = [self.flights.ready.pop(w, (None, None))[1] for w in workers]
+        slot = self._post_resets(seeds, kwargs, mask, whole=True)
+        busy = sorted(self.flights.busy)
+        self.land(self.transport.wait(busy, len(busy)))
+        replies = [self.flights.ready.pop(w, (None, None))[1] for w in range(self.n_workers)]
         self.flights.clear()
         self.supervisor.needs_reset.clear()
         only = None if mask is None else np.flatnonzero(mask)
@@ -405,43 +374,41 @@ class Engine:
     def async_reset(self, seeds: Sequence[int | None], kwargs: Sequence[dict[str, Any]]) -> None:
         """Reset every env without waiting (seeds and keyword arguments as for :meth:`reset`); the
         reset observations come back through :meth:`recv`, a batch at a time."""
+        self._post_resets(seeds, kwargs, None, whole=False)
+
+    def _post_resets(
+        self, seeds: Sequence[int | None], kwargs: Sequence[dict[str, Any]], mask: Any, whole: bool
+    ) -> int:
+        """Drop what is in flight, then post a reset to every worker: into one slot (``whole``; its
+        number is returned) or each into its own next slot."""
         self.check_open()
         self.drain()
         self.supervisor.note_seeds(seeds)
+        slot = self.slots.advance_all() if whole else -1
+        if whole and (self.restart or mask is not None):
+            self.reader.keep_previous()
         ring, commands = self.ring, []
         for w, g in enumerate(self.worker_envs):
             self.supervisor.needs_reset.pop(w, None)
-            slot = self.slots.advance(w)
+            at = slot if whole else self.slots.advance(w)
+            rows = slice(g.start, g.stop)
             # A reset writes observations only: its rows read as reward 0, not done.
-            ring.rewards[slot, g.start : g.stop] = 0.0
-            ring.terminated[slot, g.start : g.stop] = False
-            ring.truncated[slot, g.start : g.stop] = False
-            commands.append(m.Reset(slot, list(seeds[g.start : g.stop]), list(kwargs[g.start : g.stop])))
+            ring.rewards[at, rows], ring.terminated[at, rows], ring.truncated[at, rows] = 0.0, False, False
+            part = None if mask is None else [bool(x) for x in mask[rows]]
+            commands.append(m.Reset(at, list(seeds[rows]), list(kwargs[rows]), part))
         workers = list(range(self.n_workers))
         self.flights.busy.update(zip(workers, commands))
         faults = self.transport.post(workers, commands)
         if faults:
             self.land(Outcome(faults=faults))
-
-    # ------------------------------------------------------------------ the policy's threads
-
-    def pause_policy_threads(self, overlapped: bool = False) -> None:
-        """Call right before sending steps: the calling thread's idle OpenMP pool (the policy's)
-        ends its threads at once when the workers need the cores (``pause_openmp``; else nothing).
-        ``overlapped``: pool mode, where these steps run while the policy does (no pause)."""
-        if self._openmp is not None:
-            self._openmp.before_step(overlapped)
-
-    def steps_received(self) -> None:
-        """Call when a batch's replies are in: what the workers needed meanwhile decides later
-        pauses (see :class:`~shmvec.openmp.PolicyThreads`)."""
-        if self._openmp is not None:
-            self._openmp.after_step()
+        return slot
 
     @property
     def n_restarts(self) -> int:
         """Worker restarts so far (restart mode)."""
         return self.supervisor.total
 
+
+_NOTHING_ENDED = Ended()  # read only: no restart ended an episode in the batch
 
 __all__ = ["Engine", "Options"]

@@ -14,7 +14,11 @@ from typing import Any
 
 import numpy as np
 
+from shmvec.memory.ring import Ring
 from shmvec.wire.messages import Command, Reply
+
+# Stands for an action already written into the ring's typed action buffer.
+IN_RING = object()
 
 FIRST_READY = "first_ready"
 DETERMINISTIC = "deterministic"
@@ -28,10 +32,11 @@ def _fits(num_envs: int, batch_size: int, n_workers: int) -> bool:
 def pool_workers(num_envs: int, batch_size: int, n_workers: int | str | None, cpus: int) -> int | str | None:
     """The worker count of a pool: groups of equal size that fill a batch whole.
 
-    ``n_workers=None``: the smallest count >= ``min(num_envs, cpus)`` (as many workers as CPUs, so
-    the envs left stepping while the caller holds a batch can use every CPU) that divides
-    ``num_envs`` into groups whose size divides ``batch_size``. With ``batch_size == num_envs`` any
-    worker count fills a batch: ``n_workers`` is returned as given.
+    ``n_workers=None`` (or ``"auto"``, checked here only): the smallest count >= ``min(num_envs,
+    cpus)`` (as many workers as CPUs, so the envs left stepping while the caller holds a batch can
+    use every CPU) that divides ``num_envs`` into groups whose size divides ``batch_size``; pool mode
+    resolves ``None`` with a probe first (:func:`shmvec.engine.autoworkers.resolve_auto`). With
+    ``batch_size == num_envs`` any worker count fills a batch: ``n_workers`` is returned as given.
 
     :raises ValueError: for a ``batch_size`` out of range, or an ``n_workers`` whose groups cannot
         fill a batch whole (the message lists the counts that can).
@@ -43,7 +48,7 @@ def pool_workers(num_envs: int, batch_size: int, n_workers: int | str | None, cp
     if batch_size == num_envs:
         return n_workers  # one batch is every group, whatever their sizes
     valid = [n for n in range(1, num_envs + 1) if _fits(num_envs, batch_size, n)]
-    if n_workers is None:
+    if n_workers is None or n_workers == "auto":
         return next(n for n in valid if n >= min(num_envs, cpus))
     if n_workers not in valid:
         raise ValueError(
@@ -52,6 +57,19 @@ def pool_workers(num_envs: int, batch_size: int, n_workers: int | str | None, cp
             f"use one of n_workers={valid} (or None to choose)"
         )
     return n_workers
+
+
+def check_count(actions: Any, want: int, of: str) -> None:
+    """:raises TypeError: when ``actions`` has no length; :raises ValueError: unless it has ``want``."""
+    try:
+        given = len(actions)
+    except TypeError:
+        raise TypeError(
+            f"actions must be a sequence of {want} actions (one per env{of}, e.g. an array of shape "
+            f"({want}, ...)), got {type(actions).__name__}"
+        ) from None
+    if given != want:
+        raise ValueError(f"expected {want} actions (one per env{of}), got {given}")
 
 
 class Flights:
@@ -104,12 +122,15 @@ class Flights:
             raise ValueError(f"env_ids must not repeat an env, got {ids.tolist()}")
         return ids.astype(np.int64)
 
-    def stage(self, ids: np.ndarray, actions: Any, in_ring: bool) -> list[int]:
-        """Record one action per env of ``ids`` (``in_ring``: already in the ring's action buffer);
-        the workers whose whole group now has its actions, in the order first touched.
+    def stage(self, ids: np.ndarray, actions: Any, ring: Ring) -> tuple[list[int], list[list[Any]] | None]:
+        """Record one action per env of ``ids`` (into the ring's typed action buffer where they fit);
+        the workers whose whole group now has its actions, in the order first touched, and their
+        actions (None: all of them are in the ring).
 
-        :raises ValueError: for an env still stepping or already given an action (nothing recorded).
+        :raises ValueError: for a wrong number of actions, an env still stepping or already given an
+            action (nothing recorded then).
         """
+        check_count(actions, len(ids), " of env_ids")
         workers = self.owner[ids].tolist()
         for i, w in zip(ids.tolist(), workers):
             if w in self.busy or w in self.ready:
@@ -120,12 +141,24 @@ class Flights:
                 )
             if i - self.groups[w].start in self.pending.get(w, {}):
                 raise ValueError(f"send(): env {i} already has an action waiting for the rest of its group")
+        in_ring = ring.takes_actions(actions)
+        if in_ring:
+            ring.actions[ids] = actions  # type: ignore[index]
         touched: list[int] = []
         for k, (i, w) in enumerate(zip(ids.tolist(), workers)):
-            self.pending.setdefault(w, {})[i - self.groups[w].start] = None if in_ring else actions[k]
+            self.pending.setdefault(w, {})[i - self.groups[w].start] = IN_RING if in_ring else actions[k]
             if w not in touched:
                 touched.append(w)
-        return [w for w in touched if len(self.pending[w]) == len(self.groups[w])]
+        full = [w for w in touched if len(self.pending[w]) == len(self.groups[w])]
+        staged = [sorted(self.pending.pop(w).items()) for w in full]
+        if all(a is IN_RING for p in staged for _, a in p):
+            return full, None
+        # A group partly sent through the ring, partly not: it travels whole, pickled.
+        buffer = ring.actions
+        return full, [
+            [buffer[self.groups[w].start + k].copy() if a is IN_RING else a for k, a in p]  # type: ignore[index]
+            for w, p in zip(full, staged)
+        ]
 
     def choose(self) -> list[int] | None:
         """The workers of the next batch (ascending) once they are all ready, else None.

@@ -152,8 +152,16 @@ class Options:
     a Ray cluster"."""
     ray_options: Mapping[str, Any] | None = None
     """``backend="ray"`` only: options of every actor, as for ``ray.remote(...).options(...)``:
-    ``num_cpus``, ``resources``, ``scheduling_strategy``, ``runtime_env``. Default None: Ray's
-    defaults."""
+    ``num_cpus``, ``num_gpus``, ``memory``, ``resources``, ``scheduling_strategy``,
+    ``runtime_env``... Default None: 1 CPU per worker. Unless they hold a ``scheduling_strategy``
+    (or ``placement_group``, ``label_selector``, ``accelerator_type``: then the actors go where these
+    say), the workers are spread over the cluster's nodes by a placement group made at start-up, one
+    bundle per worker holding what its actor asks for (``num_cpus``, default 1; ``num_gpus``,
+    ``memory``, ``resources``): each worker on its own node while there are enough nodes, else
+    evenly by free resources; a restarted worker goes back into its bundle; ``close()`` removes the
+    group. Start-up waits for the placement at most 300 s (with a ``timeout``: that many seconds,
+    but at least 60), then raises :class:`~shmvec.EnvTimeoutError` naming what the cluster lacks.
+    See the guide "Workers on a Ray cluster"."""
 
     @classmethod
     def from_kwargs(cls, owner: str, kwargs: Mapping[str, Any], **fixed: Any) -> Options:

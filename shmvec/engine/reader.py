@@ -115,7 +115,9 @@ class Reader:
         self._last_slot = 0  # the slot of the batch returned last (lent decoded leaves are read back)
         self._previous_copy: dict[int, np.ndarray] | None = None
         threads = max(1, min(threads, n_envs)) if self.decoded else 1
-        self.pool = ThreadPoolExecutor(threads, thread_name_prefix="shmvec-decode") if threads > 1 else None
+        self.decoders = (
+            ThreadPoolExecutor(threads, thread_name_prefix="shmvec-decode") if threads > 1 else None
+        )
         bounds = np.linspace(0, n_envs, threads + 1).astype(int)
         self.chunks = [range(lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:]) if hi > lo]
 
@@ -192,10 +194,10 @@ class Reader:
             if lend:
                 self.slots.lent[slot].append(arrays[j])
         envs = range(self.n_envs) if only is None else list(only)
-        if self.pool is None or only is not None:
+        if self.decoders is None or only is not None:
             self.decode_envs(envs, outs, finals)
         else:
-            futures = [self.pool.submit(self.decode_envs, c, outs, finals) for c in self.chunks]
+            futures = [self.decoders.submit(self.decode_envs, c, outs, finals) for c in self.chunks]
             wait(futures)  # all of them, even when one fails: none may still run during the next step
             for future in futures:
                 future.result()
@@ -295,6 +297,6 @@ class Reader:
 
     def close(self) -> None:
         """Stop the decode threads."""
-        if self.pool is not None:
-            self.pool.shutdown(wait=True)
-            self.pool = None
+        if self.decoders is not None:
+            self.decoders.shutdown(wait=True)
+            self.decoders = None

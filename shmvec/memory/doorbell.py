@@ -7,7 +7,8 @@ batch at 64 workers. Now the commands of a batch are words in the ring:
 
 =================  ========================================================================
 ``ctl[BELL]``      written by the main process only; every idle worker sleeps on it (futex)
-``ctl[LEFT]``      a counted batch's workers still busy; each decrements it atomically
+``ctl[BITS:]``     one *pending* bit per worker of a counted batch, set by the main process and
+                   cleared by the worker, atomically, when it is done
 ``cmd[w]``         ``(seq, op, slot, flags)``: worker ``w``'s latest command (main writes)
 ``ack[w]``         ``(seq, has_reply)``: the command worker ``w`` finished last (``w`` writes)
 =================  ========================================================================
@@ -15,23 +16,27 @@ batch at 64 workers. Now the commands of a batch are words in the ring:
 The main process writes the commands, bumps ``BELL`` and calls ``FUTEX_WAKE_BITSET`` once for all
 the workers it addressed (worker ``w`` waits with bit ``w % 32``, so a subset wakes only its own).
 A worker finishing a *counted* command (a batch posted while no other command was in flight: every
-synchronous step) decrements ``LEFT`` with ``FUTEX_WAKE_OP`` (the kernel's atomic add; Python has
-none), and the one that takes it to zero writes the main process's ``eventfd``: one wake-up per
-batch. Other commands (pool mode posts groups while others step) write the ``eventfd`` each.
-The main process waits in ``epoll`` on that ``eventfd``, every worker's pipe (replies that do not
-fit the ring) and every worker's process sentinel (a death is noticed at once), with the step
-deadline as its timeout: no busy-waiting, every wait bounded.
+synchronous step) clears its pending bit with ``FUTEX_WAKE_OP`` (the kernel's atomic and-not;
+Python has no atomics of its own), and the one that finds every bit clear writes the main process's
+``eventfd``: one wake-up per batch. For a counted command, the cleared bit *is* the worker's
+"done": a clear can never land on a later batch's bits (the main process sets them only once every
+bit of the last batch is clear, or its worker dead), and a worker that dies has its bit cleared by
+the main process, which then knows whether anyone is left to wake it. Other commands (pool mode
+posts groups while others step) write the ``eventfd`` each. The main process waits in ``epoll``
+on that ``eventfd`` (edge-triggered: its count is never read back), every worker's pipe (replies
+that do not fit the ring) and every worker's process sentinel (a death is noticed at once), with
+the step deadline as its timeout: no busy-waiting, every wait bounded.
 
-Measured on the 2-core development VM, workers doing nothing (``/tmp``-style prototype of this
-module, fork, 2,000 batches): main-process CPU per batch 5.6 / 31.7 / 91.5 µs for 2 / 16 / 64
-workers with one bitset wake (79.2 µs at 64 with a plain broadcast, 146.1 µs writing one eventfd per
-worker); the remaining ~1.2 µs per worker is the kernel waking each one.
+Measured on the 2-core development VM, workers doing nothing (a prototype of this module, fork,
+2,000 batches): main-process CPU per batch 5.6 / 31.7 / 91.5 µs for 2 / 16 / 64 workers with one
+bitset wake (79.2 µs at 64 with a plain broadcast, 146.1 µs writing one eventfd per worker); the
+remaining ~1.2 µs per worker is the kernel waking each one.
 
 Ordering: a worker reads ``seq`` only after ``BELL`` changed (or while it polls), and the main
 process writes ``op``/``slot`` before ``seq``; a worker writes ``has_reply`` (and its pipe reply)
-before ``ack``'s ``seq``, and ``ack`` before its atomic decrement. x86-64 keeps stores in order and
-the kernel's atomics are full barriers; the futex system call numbers are known for Linux on
-x86-64, arm64, riscv64, ppc64 and s390x.
+before ``ack``, and ``ack`` before clearing its bit. x86-64 keeps stores in order and the kernel's
+atomics are full barriers; the futex system call numbers are known for Linux on x86-64, arm64,
+riscv64, ppc64 and s390x.
 """
 
 from __future__ import annotations
@@ -46,8 +51,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-# ctl words (each on its own cache line: the main process writes BELL, workers LEFT)
-BELL, LEFT = 0, 16
+# ctl words: the bell on the first cache line, the pending bits from the second on
+BELL, BITS = 0, 16
 # cmd columns
 SEQ, OP, SLOT, FLAGS = 0, 1, 2, 3
 # ack columns
@@ -73,8 +78,12 @@ _SYS_FUTEX = {
     "s390x": 238,
 }
 _FUTEX_WAKE_OP, _FUTEX_WAIT_BITSET, _FUTEX_WAKE_BITSET = 5, 9, 10
-# FUTEX_OP(FUTEX_OP_ADD, -1, FUTEX_OP_CMP_EQ, 0): the kernel adds -1 (12-bit two's complement).
-_DECREMENT = (1 << 28) | (0 << 24) | (0xFFF << 12) | 0
+
+
+def _clear_bit_op(bit: int) -> int:
+    """FUTEX_OP(FUTEX_OP_ANDN | FUTEX_OP_OPARG_SHIFT, bit, FUTEX_OP_CMP_EQ, 0): the kernel clears
+    ``1 << bit`` of the word atomically."""
+    return ((3 | 8) << 28) | (0 << 24) | ((bit & 0xFFF) << 12)
 
 
 class _Timespec(ctypes.Structure):
@@ -139,47 +148,86 @@ class MainBell:
         self.seq, self.op, self.slot, self.flags = (cmd[:, c] for c in (SEQ, OP, SLOT, FLAGS))
         self.acked, self.has_reply = ack[:, ACK_SEQ], ack[:, HAS_REPLY]
         self.wake_fd = wake_fd
+        n = len(self.seq)
+        self.pending = self.ctl[BITS : BITS + -(-n // 32)]  # one bit per worker of a counted batch
+        self._word = np.arange(n) // 32
+        self._shift = (np.arange(n) % 32).astype(np.uint32)
+        self._all_pending = np.zeros(len(self.pending), np.uint32)
+        np.bitwise_or.at(self._all_pending, self._word, np.left_shift(np.uint32(1), self._shift))
+        self.counted = np.zeros(n, bool)  # workers whose latest command is counted
+        self._stepping_all = False  # op, flags and counted hold a counted step of every worker
         self._bell_addr = self.ctl.ctypes.data + BELL * 4
         self._bell = int(self.ctl[BELL])
-        n = len(self.seq)
-        self._bits = np.array([worker_bit(w) for w in range(n)], np.uint64)
-        self._all_bits = _ALL_BITS if n >= 32 else int(np.bitwise_or.reduce(self._bits))
+        self._wake_bits = np.array([worker_bit(w) for w in range(n)], np.uint64)
+        self._all_wake_bits = _ALL_BITS if n >= 32 else int(np.bitwise_or.reduce(self._wake_bits))
 
     def post(self, workers: np.ndarray | slice, op: int, slots: np.ndarray | int, counted: bool) -> None:
         """Give ``workers`` their next command and wake them (one system call).
 
         :param workers: worker indices (an int array, or a slice for all).
         :param op: :data:`OP_STEP` (slot ``slots``, actions in the ring) or :data:`OP_MESSAGE`.
-        :param counted: whether these are all the commands in flight: then only the last worker to
-            finish wakes the main process.
+        :param counted: whether these are all the commands in flight (every bit of the last counted
+            batch is clear): then only the last worker to finish wakes the main process.
         """
+        if isinstance(workers, slice):
+            all_pending = self._all_pending
+        else:
+            all_pending = np.zeros(len(self.pending), np.uint32)
+            np.bitwise_or.at(
+                all_pending, self._word[workers], np.left_shift(np.uint32(1), self._shift[workers])
+            )
         if counted:
-            self.ctl[LEFT] = len(self.seq[workers])
+            self.pending[:] = all_pending
+        self._stepping_all = False
+        self.counted[workers] = counted
         self.op[workers] = op
         self.slot[workers] = slots
         self.flags[workers] = COUNTED if counted else 0
         self.seq[workers] += 1  # uint32: wraps around, as the workers compare for equality only
+        self._ring(
+            self._all_wake_bits
+            if isinstance(workers, slice)
+            else int(np.bitwise_or.reduce(self._wake_bits[workers]))
+        )
+
+    def step_all(self, slot: int) -> None:
+        """:meth:`post` of a counted step into ``slot`` to every worker: the synchronous step, with
+        whole-array writes only."""
+        self.pending[:] = self._all_pending
+        if not self._stepping_all:  # the same words as the last synchronous step: left as they are
+            self.counted[:] = True
+            self.op[:] = OP_STEP
+            self.flags[:] = COUNTED
+            self._stepping_all = True
+        self.slot[:] = slot
+        self.seq += 1
+        self._ring(self._all_wake_bits)
+
+    def _ring(self, wake_bits: int) -> None:
         self._bell = (self._bell + 1) & _MASK
         self.ctl[BELL] = self._bell
-        bits = (
-            self._all_bits if isinstance(workers, slice) else int(np.bitwise_or.reduce(self._bits[workers]))
-        )
-        _FUTEX(self._bell_addr, _FUTEX_WAKE_BITSET, 0x7FFFFFFF, None, None, bits)  # type: ignore[misc]
+        _FUTEX(self._bell_addr, _FUTEX_WAKE_BITSET, 0x7FFFFFFF, None, None, wake_bits)  # type: ignore[misc]
+
+    def batch_done(self) -> bool:
+        """Whether every worker of the last counted batch is done (every pending bit clear)."""
+        return not self.pending.any()
 
     def done(self, workers: np.ndarray) -> np.ndarray:
-        """Per worker of ``workers``: whether it finished its latest command."""
-        return self.acked[workers] == self.seq[workers]
+        """Per worker of ``workers``: whether it finished its latest command (a counted one: its
+        pending bit is clear)."""
+        counted = self.counted[workers]
+        cleared = (self.pending[self._word[workers]] >> self._shift[workers]) & 1 == 0
+        return np.where(counted, cleared, self.acked[workers] == self.seq[workers])
 
-    def drain(self) -> None:
-        """Reset the ``eventfd`` after a wake-up (its count says nothing the ack words do not)."""
-        try:
-            os.eventfd_read(self.wake_fd)
-        except BlockingIOError:
-            pass
-
-    def resume(self, w: int) -> None:
-        """A new worker ``w`` (restart mode) starts from the command words as they are."""
-        self.acked[w] = self.seq[w]
+    def give_up_on(self, w: int) -> bool:
+        """Worker ``w`` is gone: clear its pending bit for it (atomically, as it would have); whether
+        the counted batch is now done (then nobody is left to write the eventfd)."""
+        if self.counted[w]:
+            addr = self.pending.ctypes.data + int(self._word[w]) * 4
+            _FUTEX(addr, _FUTEX_WAKE_OP, 0, None, addr, _clear_bit_op(int(self._shift[w])))  # type: ignore[misc]
+            self.counted[w] = False
+            self._stepping_all = False
+        return self.batch_done()
 
 
 class WorkerBell:
@@ -208,8 +256,11 @@ class WorkerBell:
         self.last = int(self.mine[SEQ])
         self.ack[ACK_SEQ] = self.last
         self.flags = 0
+        n_words = -(-len(cmd) // 32)
+        self.pending = self.ctl[BITS : BITS + n_words]
+        self._pending_addr = self.pending.ctypes.data + (w // 32) * 4
+        self._clear = _clear_bit_op(w % 32)
         self._bell_addr = self.ctl.ctypes.data + BELL * 4
-        self._left_addr = self.ctl.ctypes.data + LEFT * 4
         self._deadline = _Timespec()
         self._hangup = select.poll()
         self._hangup.register(pipe_fd, 0)  # POLLHUP and POLLERR are always reported
@@ -247,8 +298,8 @@ class WorkerBell:
         self.ack[HAS_REPLY] = has_reply
         self.ack[ACK_SEQ] = self.last
         if self.flags & COUNTED:
-            _FUTEX(self._left_addr, _FUTEX_WAKE_OP, 0, None, self._left_addr, _DECREMENT)  # type: ignore[misc]
-            if int(self.ctl[LEFT]) != 0:
+            _FUTEX(self._pending_addr, _FUTEX_WAKE_OP, 0, None, self._pending_addr, self._clear)  # type: ignore[misc]
+            if self.pending.any():
                 return
         try:
             os.eventfd_write(self.wake_fd, 1)

@@ -13,7 +13,7 @@ field           shape                                written by
 ``actions``     ``(n_envs, *action_shape)``           main, when the action space is array-shaped
 ``infowords``   ``(n_slots, n_envs, 8)`` uint64       workers: typed info values (see memory.infos)
 ``infomask``    ``(n_slots, n_envs)`` uint8           workers: 1 where the info's values are typed
-``bellctl``     ``(48,)`` uint32                      the doorbell's shared words (memory.doorbell)
+``bellctl``     ``(16 + 16k,)`` uint32                the doorbell's shared words (memory.doorbell)
 ``bellcmd``     ``(n_workers, 4)`` uint32             main: each worker's command words
 ``bellack``     ``(n_workers, 4)`` uint32             workers: what each one last finished
 ==============  ===================================  =========================================
@@ -61,9 +61,14 @@ _REWARDS, _TERMINATED, _TRUNCATED, _ACTIONS = "rewards", "terminated", "truncate
 _ENCODED_PARTS = ("enc", "len", "crc", "sample")
 _INFO_WORDS, _INFO_MASK = "infowords", "infomask"
 _BELL_CTL, _BELL_CMD, _BELL_ACK = "bellctl", "bellcmd", "bellack"
-# The doorbell's shared words: three cache lines, so the words the main process writes and the ones
-# every worker writes never share one (see memory.doorbell for their meaning).
-BELL_WORDS = 48
+
+
+def bell_words(n_workers: int) -> int:
+    """Size of the doorbell's shared words: one cache line for the bell, then one pending bit per
+    worker in whole cache lines, so the words the main process writes and the ones the workers
+    clear never share one (see memory.doorbell for their meaning)."""
+    bit_words = -(-n_workers // 32)
+    return 16 + 16 * -(-bit_words // 16)
 
 
 def _obs_field(j: int) -> str:
@@ -153,7 +158,7 @@ def plan_fields(
         wanted.append((_INFO_WORDS, (n_slots, n_envs, info_columns), np.dtype(np.uint64)))
         wanted.append((_INFO_MASK, (n_slots, n_envs), np.dtype(np.uint8)))
     if n_workers:
-        wanted.append((_BELL_CTL, (BELL_WORDS,), np.dtype(np.uint32)))
+        wanted.append((_BELL_CTL, (bell_words(n_workers),), np.dtype(np.uint32)))
         wanted.append((_BELL_CMD, (n_workers, 4), np.dtype(np.uint32)))
         wanted.append((_BELL_ACK, (n_workers, 4), np.dtype(np.uint32)))
     total = 0

@@ -2,7 +2,7 @@
 
 Two transports implement it: :class:`~shmvec.transports.local.LocalTransport` (worker processes on
 this machine, the ring's doorbell and a pipe each) and
-:class:`~shmvec.transports.ray.pool.RayTransport` (Ray actors, results landed into the ring by the
+:class:`~shmvec.transports.ray.transport.RayTransport` (Ray actors, results landed into the ring by the
 main process). The engine's core (:mod:`shmvec.engine.core`) drives either through these methods
 alone, so synchronous steps, pool mode, restart mode and every env call work the same on both.
 

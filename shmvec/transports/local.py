@@ -20,8 +20,7 @@ import select
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from contextlib import contextmanager, suppress
-from dataclasses import dataclass
+from contextlib import suppress
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -35,25 +34,12 @@ from shmvec.transports.resources import Resources
 from shmvec.wire import framing
 from shmvec.wire.messages import MAKE_ENV, Attach, Command, Failed, Reply, Returned, Step
 from shmvec.worker.loop import worker_main
-from shmvec.worker.process import thread_env
+from shmvec.worker.process import environ, thread_env
 
 # A message up to this size (bytes) is written in one go: the worker reads every message it is
 # woken for, so the pipe has room. A larger one is written within ``timeout``.
 _SMALL_MESSAGE = 4096
-# While a counted batch lost a worker, nobody may be left to wake the main process (the dead one
-# may have finished without counting down): it looks at the doorbell this often instead (s).
-_LOST_COUNT_POLL_S = 0.01
 _WAKE, _PIPE, _SENTINEL = 0, 1, 2
-
-
-@dataclass
-class _Flight:
-    """A command in flight to one worker."""
-
-    label: str
-    deadline: float
-    via_bell: bool  # answered through the doorbell (else: the reply is a pipe message)
-    counted: bool
 
 
 class LocalTransport:
@@ -98,13 +84,24 @@ class LocalTransport:
         self.res = Resources(Connection(os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)))
         self.res.attached = [False] * n
         self._fds: dict[int, tuple[int, int]] = {}  # epoll'd fd -> (kind, worker)
-        self.res.epoll.register(self.res.wake.fileno(), select.EPOLLIN)
+        # Edge-triggered: each worker's write is an event; the count never needs reading back.
+        self.res.epoll.register(self.res.wake.fileno(), select.EPOLLIN | select.EPOLLET)
         self._fds[self.res.wake.fileno()] = (_WAKE, -1)
-        self.in_flight: dict[int, _Flight] = {}
+        # Per worker: a command in flight, answered through the doorbell (else: a pipe message), its
+        # deadline and its name (for errors).
+        self._flying = np.zeros(n, bool)
+        self._via_bell = np.zeros(n, bool)
+        self._deadlines = np.full(n, math.inf)
+        self._labels = [""] * n
+        self._attached = np.zeros(n, bool)  # the worker has mapped the ring: the doorbell reaches it
         self.replies: dict[int, Reply] = {}  # pipe replies read for workers in flight
         self.idle_faults: dict[int, Fault] = {}  # workers found dead while idle
-        self._lost_count = False
-        self._all = np.arange(n)
+        self._n_flying = 0  # workers with a command in flight, as counted in _flying
+        # A counted step of every worker in flight (the fast path): its deadline, and its label; the
+        # arrays above say nothing of it until _materialize() writes it into them.
+        self._whole_until: float | None = None
+        self._whole_label = ""
+        self._all_attached = False  # every worker has mapped the ring (and the bell exists)
 
     @property
     def n_workers(self) -> int:
@@ -146,7 +143,7 @@ class LocalTransport:
             daemon=True,
             name=f"shmvec-worker-{w}",
         )
-        with _environ(thread_env(self.worker_threads)):
+        with environ(thread_env(self.worker_threads)):
             process.start()
         work_remote.close()
         if w < len(res.processes):
@@ -155,11 +152,16 @@ class LocalTransport:
             res.processes.append(process)
             res.remotes.append(remote)
         res.attached[w] = False
+        self._attached[w] = self._all_attached = False
         self.idle_faults.pop(w, None)
         for kind, fd in ((_PIPE, remote.fileno()), (_SENTINEL, process.sentinel)):
             res.epoll.register(fd, select.EPOLLIN)
             self._fds[fd] = (kind, w)
-        self.in_flight[w] = _Flight(MAKE_ENV, self._deadline(), via_bell=False, counted=False)
+        self._materialize()
+        self._n_flying += not self._flying[w]
+        self._flying[w], self._via_bell[w] = True, False
+        self._deadlines[w] = math.inf if self.timeout is None else time.monotonic() + self.timeout
+        self._labels[w] = MAKE_ENV
 
     def bind(self, ring: Ring) -> None:
         """The ring exists: its doorbell reaches the workers once they have attached."""
@@ -185,10 +187,12 @@ class LocalTransport:
         self._start(w)
 
     def _forget(self, w: int) -> None:
-        """Worker ``w`` is gone: stop watching it, and count down for it if a batch waits on it."""
-        flight = self.in_flight.pop(w, None)
-        if flight is not None and flight.counted:
-            self._lost_count = True
+        """Worker ``w`` is gone: stop watching it, and clear its pending bit if a batch waits on it."""
+        self._materialize()
+        if self.res.bell is not None:
+            self.res.bell.give_up_on(w)
+        self._n_flying -= bool(self._flying[w])
+        self._flying[w] = False
         self.replies.pop(w, None)
         for fd, (kind, owner) in list(self._fds.items()):
             if owner == w and kind != _WAKE:
@@ -206,52 +210,73 @@ class LocalTransport:
 
     # ------------------------------------------------------------------ commands
 
-    def _deadline(self) -> float:
-        return math.inf if self.timeout is None else time.monotonic() + self.timeout
-
     def post(self, workers: Sequence[int], commands: Command | Sequence[Command]) -> list[Fault]:
         """Send one command to each of ``workers`` (see :class:`~shmvec.transports.base.Transport`)."""
-        ws = list(workers)
+        if self._whole_ready(workers, commands):
+            # The synchronous step: every worker, one counted batch, actions and slot in the ring.
+            self.res.bell.step_all(commands.slot)  # type: ignore[union-attr]
+            self._whole_until = math.inf if self.timeout is None else time.monotonic() + self.timeout
+            self._whole_label = commands.label  # type: ignore[union-attr]
+            return []
+        self._materialize()
+        ws = np.asarray(workers, dtype=np.intp)
         msgs = [commands] * len(ws) if isinstance(commands, Command) else list(commands)
-        faults = [self.idle_faults.pop(w) for w in ws if w in self.idle_faults]
+        faults = [self.idle_faults.pop(w) for w in ws.tolist() if w in self.idle_faults]
         if faults:
-            failed = {f.worker for f in faults}
-            kept = [(w, c) for w, c in zip(ws, msgs) if w not in failed]
-            ws, msgs = [w for w, _ in kept], [c for _, c in kept]
-        if not ws:
+            keep = ~np.isin(ws, [f.worker for f in faults])
+            ws, msgs = ws[keep], [c for c, k in zip(msgs, keep.tolist()) if k]
+        if not len(ws):
             return faults
-        attached, bell = self.res.attached, self.res.bell
-        by_bell = [k for k, w in enumerate(ws) if attached[w]] if bell is not None else []
+        bell = self.res.bell
+        by_bell = self._attached[ws] if bell is not None else np.zeros(len(ws), bool)
         # Counted (one wake-up when the last finishes) when these are all the commands in flight.
-        counted = not self.in_flight and len(by_bell) == len(ws)
-        steps = [msgs[k] for k in by_bell]
-        in_ring = bool(steps) and all(isinstance(c, Step) and c.actions is None for c in steps)
-        if by_bell:
-            assert bell is not None
-            every = len(by_bell) == self.n_workers
-            targets: slice | np.ndarray = slice(None) if every else self._all[[ws[k] for k in by_bell]]
+        counted = bool(by_bell.all()) and not self._n_flying
+        in_ring = bool(by_bell.all()) and all(isinstance(c, Step) and c.actions is None for c in msgs)
+        if bell is not None and by_bell.any():
+            every = len(ws) == self.n_workers and counted
+            targets: slice | np.ndarray = slice(None) if every else ws[by_bell]
             if in_ring:
-                slots = [msgs[k].slot for k in by_bell]  # type: ignore[attr-defined]
+                slots = [c.slot for c in msgs]  # type: ignore[attr-defined]
                 same = slots.count(slots[0]) == len(slots)
                 bell.post(targets, OP_STEP, slots[0] if same else np.array(slots), counted)
             else:
                 # Rung before the messages are written: a worker reads its pipe only once woken, and a
                 # message larger than the pipe's buffer could not be written before that.
                 bell.post(targets, OP_MESSAGE, 0, counted)
-        deadline = self._deadline()
-        for k, w in enumerate(ws):
-            via_bell = bool(attached[w] and bell is not None)
-            if not (via_bell and in_ring):
-                fault = self._write(w, msgs[k], msgs[k].label)
-                if fault is not None:
-                    self._lost_count = self._lost_count or counted
-                    self.kill(w)
-                    faults.append(fault)
+        sent = ws
+        if not in_ring:
+            ok = []
+            for w, msg in zip(ws.tolist(), msgs):
+                fault = self._write(w, msg)
+                if fault is None:
+                    ok.append(w)
                     continue
-            self.in_flight[w] = _Flight(msgs[k].label, deadline, via_bell, counted)
+                self.kill(w)
+                faults.append(fault)
+            sent = np.array(ok, dtype=np.intp)
+        self._n_flying += int((~self._flying[sent]).sum())
+        self._flying[sent] = True
+        self._via_bell[sent] = self._attached[sent]
+        self._deadlines[sent] = math.inf if self.timeout is None else time.monotonic() + self.timeout
+        label = msgs[0].label
+        for w in sent.tolist():
+            self._labels[w] = label
         return faults
 
-    def _write(self, w: int, msg: Command, label: str) -> Fault | None:
+    def _whole_ready(self, workers: Sequence[int], commands: Command | Sequence[Command]) -> bool:
+        """Whether this post is a step of every worker, all idle and attached, actions in the ring."""
+        return (
+            isinstance(commands, Step)
+            and commands.actions is None
+            and isinstance(workers, range)
+            and len(workers) == self.n_workers
+            and not self.idle_faults
+            and self._all_attached
+            and not self._n_flying
+            and self._whole_until is None
+        )
+
+    def _write(self, w: int, msg: Command) -> Fault | None:
         """Write one message to worker ``w``'s pipe; the fault if the worker is dead or does not take
         it within ``timeout``."""
         data = framing.dumps(msg)
@@ -259,124 +284,150 @@ class LocalTransport:
         try:
             if self.timeout is None or len(data) <= _SMALL_MESSAGE:
                 framing.write_message(fd, data)
-            elif not _send_within(fd, data, self.timeout):
-                return self.hung(w, label, "it was killed", "take")
+            elif not framing.write_within(fd, data, self.timeout):
+                return self.hung(w, msg.label, "it was killed", "take")
         except (BrokenPipeError, ConnectionResetError, EOFError):
-            return self.lost(w, label)
+            return self.lost(w, msg.label)
         return None
 
     def wait(self, workers: Sequence[int], need: int, limit: float | None = None) -> Outcome:
         """Wait until ``need`` of ``workers`` answered, died or hung (see
         :class:`~shmvec.transports.base.Transport`)."""
         outcome = Outcome()
-        pending = [w for w in workers if w in self.in_flight]
-        for w in workers:
-            if w not in self.in_flight and w in self.idle_faults:
+        if self._whole_until is not None:
+            if need == self.n_workers and limit is None and self._wait_whole(outcome):
+                return outcome
+            self._materialize()
+        ws = np.asarray(workers, dtype=np.intp)
+        for w in ws[~self._flying[ws]].tolist():
+            if w in self.idle_faults:
                 outcome.faults.append(self.idle_faults.pop(w))
+        pending = ws[self._flying[ws]]
         give_up = math.inf if limit is None else time.monotonic() + limit
         while True:
             pending = self._collect(pending, outcome)
-            if outcome.finished + len(outcome.faults) >= need or not pending:
+            if outcome.finished + len(outcome.faults) >= need or not len(pending):
                 break
-            now = time.monotonic()
-            until = min(give_up, min(self.in_flight[w].deadline for w in pending))
-            wait_s = None if until == math.inf else max(0.0, until - now)
-            if self._lost_count:
-                wait_s = _LOST_COUNT_POLL_S if wait_s is None else min(wait_s, _LOST_COUNT_POLL_S)
-            events = self.res.epoll.poll(-1 if wait_s is None else wait_s)
-            for fd, _ in events:
+            until = min(give_up, float(self._deadlines[pending].min()))
+            wait_s = -1.0 if until == math.inf else max(0.0, until - time.monotonic())
+            for fd, _ in self.res.epoll.poll(wait_s):
                 kind, w = self._fds.get(fd, (None, -1))
-                if kind == _WAKE:
-                    self.res.bell.drain() if self.res.bell is not None else os.eventfd_read(fd)
-                elif kind == _PIPE:
+                if kind == _PIPE:
                     self._read_reply(w, outcome)
                 elif kind == _SENTINEL:
                     self._ended(w, outcome)
-            pending = self._collect([w for w in pending if w in self.in_flight], outcome)
+            pending = self._collect(pending[self._flying[pending]], outcome)
             now = time.monotonic()
-            hung = sorted(w for w in pending if self.in_flight[w].deadline <= now)
-            for w in hung:
-                label = self.in_flight[w].label
+            for w in pending[self._deadlines[pending] <= now].tolist():
+                label = self._labels[w]
                 self.kill(w)
                 outcome.faults.append(self.hung(w, label, "it was killed"))
-            if hung:
-                pending = [w for w in pending if w in self.in_flight]
+            pending = pending[self._flying[pending]]
             if now >= give_up:
-                pending = self._collect(pending, outcome)
                 break
-        if not self.in_flight:
-            self._lost_count = False
-        outcome.faults.sort(key=lambda f: f.worker)
+        if not self._flying.any():
+            outcome.faults.sort(key=lambda f: f.worker)
         return outcome
 
-    def _collect(self, pending: list[int], outcome: Outcome) -> list[int]:
-        """Move the finished workers of ``pending`` into ``outcome``; the ones still busy."""
+    def _wait_whole(self, outcome: Outcome) -> bool:
+        """The synchronous step's wait: sleep until the last worker's eventfd write, then take every
+        reply from the ring. False (nothing taken) at anything else: a pipe or process event, the
+        deadline; the general loop then handles it."""
         bell = self.res.bell
-        by_bell = [w for w in pending if self.in_flight[w].via_bell]
-        finished: list[int] = []
-        if by_bell and bell is not None:
-            ws = self._all[by_bell]
-            done = ws[bell.done(ws)]
-            if len(done):
-                with_reply = done[bell.has_reply[done] != 0].tolist()
-                for w in with_reply:
-                    if w not in self.replies:
-                        self._receive(w)
-                finished = done.tolist()
-        finished += [w for w in pending if w in self.replies and not self.in_flight[w].via_bell]
-        if not finished:
+        assert bell is not None and self._whole_until is not None
+        until = self._whole_until
+        while not bell.batch_done():
+            wait_s = -1.0 if until == math.inf else max(0.0, until - time.monotonic())
+            events = self.res.epoll.poll(wait_s)
+            if not events or any(self._fds[fd][0] != _WAKE for fd, _ in events if fd in self._fds):
+                return False
+        if bell.has_reply.any():
+            return False
+        self._whole_until = None
+        outcome.results.update(dict.fromkeys(range(self.n_workers)))
+        return True
+
+    def _materialize(self) -> None:
+        """Write a fast-path step of every worker into the per-worker arrays (before anything that
+        reads them: the general wait, a post, a worker's end)."""
+        if self._whole_until is None:
+            return
+        self._flying[:], self._via_bell[:] = True, True
+        self._deadlines[:] = self._whole_until
+        self._labels = [self._whole_label] * self.n_workers
+        self._n_flying = self.n_workers
+        self._whole_until = None
+
+    def _collect(self, pending: np.ndarray, outcome: Outcome) -> np.ndarray:
+        """Move the finished workers of ``pending`` into ``outcome``; the ones still busy."""
+        if not len(pending):
             return pending
-        for w in finished:
-            flight = self.in_flight.pop(w, None)
+        bell, via = self.res.bell, self._via_bell[pending]
+        done = np.zeros(len(pending), bool)
+        if bell is not None and via.any():
+            done[via] = bell.done(pending[via])
+        if not via.all():
+            done[~via] = [w in self.replies for w in pending[~via].tolist()]
+        if not done.any():
+            return pending
+        finished = pending[done]
+        if bell is not None:
+            for w in finished[(bell.has_reply[finished] != 0) & self._via_bell[finished]].tolist():
+                if w not in self.replies:
+                    self._receive(w)
+        finished = finished[self._flying[finished]]  # not those that died while their reply was read
+        self._flying[finished] = False
+        self._n_flying -= len(finished)
+        if not self.replies:  # the usual step: every reply is in the ring
+            outcome.results.update(dict.fromkeys(finished.tolist()))
+            return pending[~done]
+        for w in finished.tolist():
             reply = self.replies.pop(w, None)
-            if flight is None:  # died while its reply was read
-                continue
-            if flight.label == MAKE_ENV:
+            if self._labels[w] == MAKE_ENV:
                 # The worker has opened its fault log: its name can go (the fd stays here).
                 with suppress(OSError):
                     os.unlink(self.res.fault_logs[w][1])
             if isinstance(reply, Failed):
                 outcome.errors[w] = reply.error
-            else:
-                outcome.results[w] = reply
-                if flight.label == Attach.name and isinstance(reply, Returned):
-                    self.res.attached[w] = True
-        gone = set(finished)
-        return [w for w in pending if w not in gone and w in self.in_flight]
+                continue
+            outcome.results[w] = reply
+            if self._labels[w] == Attach.name and isinstance(reply, Returned):
+                self._attached[w] = True
+                self.res.attached[w] = True
+                self._all_attached = bool(self._attached.all()) and self.res.bell is not None
+        return pending[~done]
 
     def _receive(self, w: int) -> None:
         """Read worker ``w``'s reply from its pipe (it is there, or being written)."""
         try:
             self.replies[w] = framing.receive(self.res.remotes[w].fileno())
         except (EOFError, OSError):
-            self.idle_faults[w] = self.lost(w, self.in_flight[w].label if w in self.in_flight else "step")
+            self.idle_faults[w] = self.lost(w, self._labels[w])
             self._forget(w)
 
     def _read_reply(self, w: int, outcome: Outcome) -> None:
         """Worker ``w``'s pipe is readable: its reply (before it finished), or EOF (it ended)."""
-        if w in self.in_flight and w not in self.replies:
-            label = self.in_flight[w].label
+        if self._flying[w] and w not in self.replies:
             try:
                 self.replies[w] = framing.receive(self.res.remotes[w].fileno())
             except (EOFError, OSError):
-                outcome.faults.append(self.lost(w, label))
+                outcome.faults.append(self.lost(w, self._labels[w]))
                 self._forget(w)
             return
         self._ended(w, outcome)
 
     def _ended(self, w: int, outcome: Outcome) -> None:
         """Worker ``w``'s process ended (or its pipe closed)."""
-        process = self.res.processes[w]
-        if process.is_alive() and w in self.in_flight:
-            return  # a pipe event while its reply was being read: nothing ended
-        if w in self.in_flight:
+        if self._flying[w]:
+            if self.res.processes[w].is_alive():
+                return  # a pipe event while its reply was being read: nothing ended
             if w not in self.replies and _readable(self.res.remotes[w].fileno()):
                 # A reply it sent before ending is still read.
                 with suppress(EOFError, OSError):
                     self.replies[w] = framing.receive(self.res.remotes[w].fileno())
-            if w in self.replies and not self.in_flight[w].via_bell:
+            if w in self.replies and not self._via_bell[w]:
                 return  # collected as a reply; its end shows at the next command
-            outcome.faults.append(self.lost(w, self.in_flight[w].label))
+            outcome.faults.append(self.lost(w, self._labels[w]))
         else:
             self.idle_faults[w] = self.lost(w, "step")
         self._forget(w)
@@ -417,40 +468,3 @@ def _readable(fd: int) -> bool:
     poller = select.poll()
     poller.register(fd, select.POLLIN)
     return any(event & select.POLLIN for _, event in poller.poll(0))
-
-
-def _send_within(fd: int, data: bytes, timeout: float) -> bool:
-    """:func:`~shmvec.wire.framing.write_message`, giving up after ``timeout`` seconds of a full pipe;
-    False then (part of the message may have been written)."""
-    header = framing.frame_header(len(data))
-    deadline = time.monotonic() + timeout
-    poller = select.poll()
-    poller.register(fd, select.POLLOUT)
-    os.set_blocking(fd, False)
-    try:
-        for chunk in (memoryview(header), memoryview(data)):
-            while len(chunk):
-                try:
-                    chunk = chunk[os.write(fd, chunk) :]
-                except BlockingIOError:
-                    left = deadline - time.monotonic()
-                    if left <= 0 or not poller.poll(math.ceil(left * 1000)):
-                        return False
-    finally:
-        os.set_blocking(fd, True)
-    return True
-
-
-@contextmanager
-def _environ(values: dict[str, str]) -> Any:
-    """Set environment variables for the duration of a worker start (spawn children read them)."""
-    old = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v

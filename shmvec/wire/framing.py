@@ -10,9 +10,12 @@ next), so reading exact lengths never takes a byte of the next message.
 
 from __future__ import annotations
 
+import math
 import os
 import pickle
+import select
 import struct
+import time
 from typing import Any
 
 _LENGTH = struct.Struct("!i")
@@ -89,3 +92,25 @@ def _read_exact(fd: int, size: int) -> bytes:
         parts.append(part)
         left -= len(part)
     return b"".join(parts)
+
+
+def write_within(fd: int, data: bytes, timeout: float) -> bool:
+    """:func:`write_message`, giving up after ``timeout`` seconds of a full pipe;
+    False then (part of the message may have been written)."""
+    header = frame_header(len(data))
+    deadline = time.monotonic() + timeout
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    os.set_blocking(fd, False)
+    try:
+        for chunk in (memoryview(header), memoryview(data)):
+            while len(chunk):
+                try:
+                    chunk = chunk[os.write(fd, chunk) :]
+                except BlockingIOError:
+                    left = deadline - time.monotonic()
+                    if left <= 0 or not poller.poll(math.ceil(left * 1000)):
+                        return False
+    finally:
+        os.set_blocking(fd, True)
+    return True

@@ -14,6 +14,8 @@ import os
 import random
 import signal
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -186,3 +188,18 @@ class _QuietAleFinder(importlib.abc.MetaPathFinder):
 
         spec.loader.exec_module = exec_module  # type: ignore[method-assign]
         return spec
+
+
+@contextmanager
+def environ(values: dict[str, str]) -> Iterator[None]:
+    """Set environment variables for the duration of a worker start (spawn children read them)."""
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v

@@ -1,6 +1,6 @@
 """The Ray transport: each worker a Ray actor, possibly on another machine.
 
-- :mod:`~shmvec.transports.ray.pool`: :class:`~shmvec.transports.ray.pool.RayTransport`, the main
+- :mod:`~shmvec.transports.ray.transport`: :class:`~shmvec.transports.ray.transport.RayTransport`, the main
   process's side (imports Ray);
 - :mod:`~shmvec.transports.ray.actor`: the actor's body, the local worker's own code;
 - :mod:`~shmvec.transports.ray.wire`: what a step's batch looks like on the wire, and where it lands.

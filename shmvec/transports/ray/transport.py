@@ -6,6 +6,10 @@ worker's pipe carries it) and, for a step or reset, the worker's batch packed by
 :mod:`shmvec.transports.ray.wire` (observations encoded by the codecs, rewards, flags). Landing a
 reply writes the batch into the engine's ring, which in this backend only the main process maps.
 
+Placement: unless ``ray_options`` place the actors, one placement-group bundle per worker spreads
+them over the cluster's nodes (:mod:`shmvec.transports.ray.placement`), waited for within the start-up
+bound below.
+
 Faults: an actor that died (``ray.kill``, node lost, out of memory) is a
 :class:`~shmvec.errors.WorkerCrashedError` naming the worker, its envs and its node, reported within
 :data:`POLL_S` seconds of Ray knowing it even while other actors are still busy; ``timeout`` bounds a
@@ -38,12 +42,14 @@ from shmvec.errors import WorkerCrashedError
 from shmvec.failures import timeout_error, worker_label
 from shmvec.transports.base import Fault, Outcome, pickle_factories
 from shmvec.transports.ray.actor import RayWorker
+from shmvec.transports.ray.placement import Placement, placement_for
 from shmvec.transports.ray.wire import unpack
 from shmvec.wire import messages as m
 
 # Longest wait between looks at the actors still busy: a dead one is reported within this (s).
 POLL_S = 1.0
-# Start-up bound when no ``timeout`` is given: scheduling an actor, its process, its envs (s).
+# Start-up bound when no ``timeout`` is given: placing the workers, then each actor's process and
+# envs (s).
 START_TIMEOUT_S = 300.0
 # With a ``timeout``, start-up still gets at least this long: an actor's process and imports take
 # seconds (1.5-5.6 s measured on 2 cores), far more than a step (s).
@@ -81,8 +87,9 @@ def disconnect() -> None:
 
 
 class RayResources:
-    """What must be released: the actors, results still in flight, the ring, the reader, and the
-    Ray connection if shmvec started it. ``processes``/``remotes`` are empty (no local workers)."""
+    """What must be released: the actors, results still in flight, their placement group, the ring,
+    the reader, and the Ray connection if shmvec started it. ``processes``/``remotes`` are empty
+    (no local workers)."""
 
     def __init__(self, owns_ray: bool) -> None:
         self.actors: list[Any] = []
@@ -91,10 +98,12 @@ class RayResources:
         self.reader: Any = None
         self.processes: list[Any] = []
         self.remotes: list[Any] = []
+        self.placement: Placement | None = None
         self.owns_ray = owns_ray
 
     def release(self, graceful: bool = True) -> None:
-        """Close the actors' envs (``graceful``), kill every actor, free the ring, and disconnect."""
+        """Close the actors' envs (``graceful``), kill every actor, remove their placement group,
+        free the ring, and disconnect."""
         if self.reader is not None:
             self.reader.close()
             self.reader = None
@@ -108,6 +117,8 @@ class RayResources:
                 with suppress(Exception):
                     ray.kill(actor, no_restart=True)
             drain(refs, 1.0)  # what the killed actors still owed: errors by now
+            if self.placement is not None:
+                self.placement.remove()
         self.pending = {}
         if self.ring is not None:
             self.ring.close()
@@ -139,7 +150,10 @@ class RayTransport:
     :param timeout: seconds a reply may take (None: no limit; a dead actor is noticed anyway).
     :param isolate_rng: give each env its own process-global RNG state in its actor.
     :param ray_options: options of every actor (``ray.remote(...).options(**ray_options)``:
-        ``num_cpus``, ``resources``, ``scheduling_strategy``, ``runtime_env``...).
+        ``num_cpus``, ``resources``, ``scheduling_strategy``, ``runtime_env``...). Without a
+        ``scheduling_strategy`` (or another key of
+        :data:`~shmvec.transports.ray.placement.USER_PLACEMENT`), the actors go in a placement group
+        that spreads them over the nodes, one bundle each.
     """
 
     def __init__(
@@ -160,6 +174,7 @@ class RayTransport:
         ]
         self.actor_options = {**_DEFAULT_OPTIONS, **(ray_options or {})}
         self.res = RayResources(connect())
+        self.res.placement = placement_for(self.actor_options, len(worker_envs))
         self.actor_class = ray.remote(RayWorker)
         self.where: list[tuple[int | None, str, str]] = [(None, "?", "?")] * len(worker_envs)
         self.deadlines: dict[int, float] = {}
@@ -184,11 +199,31 @@ class RayTransport:
         """The node id of each worker's actor (known once it started)."""
         return [node for _, _, node in self.where]
 
+    @property
+    def placement(self) -> Placement | None:
+        """The workers' placement group (None when ``ray_options`` place the actors)."""
+        return self.res.placement
+
+    def start_limit(self) -> float:
+        """How long start-up may wait for the placement, then again for each actor (s)."""
+        return START_TIMEOUT_S if self.timeout is None else max(self.timeout, MIN_START_S)
+
     def start(self, workers: Sequence[int]) -> None:
-        """Create the actors of ``workers`` (new, or in place of dead ones)."""
-        for w in workers:
+        """Create the actors of ``workers`` (new, or in place of dead ones), each in its worker's
+        bundle of the placement group: made and waited for on the first call.
+
+        :raises EnvTimeoutError: when the cluster did not place the workers within the start-up
+            bound, naming what it lacks.
+        """
+        placement = self.res.placement
+        # The first call makes the group; waiting before any actor exists leaves each actor its
+        # whole start-up bound.
+        extra = [{} if placement is None else placement.actor_options(w) for w in workers]
+        if placement is not None:
+            placement.wait(self.start_limit())
+        for w, options in zip(workers, extra):
             g = self.worker_envs[w]
-            actor: Any = self.actor_class.options(**self.actor_options).remote(
+            actor: Any = self.actor_class.options(**{**self.actor_options, **options}).remote(
                 self.worker_fns[w], g.start, self.worker_threads, self.isolate_rng
             )
             if w < len(self.res.actors):
@@ -197,8 +232,7 @@ class RayTransport:
                 self.res.actors.append(actor)
             self.where[w] = (None, "?", "?")
             self.res.pending[w] = (actor.ready.remote(), m.MAKE_ENV, None)
-            limit = START_TIMEOUT_S if self.timeout is None else max(self.timeout, MIN_START_S)
-            self.deadlines[w] = time.monotonic() + limit
+            self.deadlines[w] = time.monotonic() + self.start_limit()
 
     def bind(self, ring: Any) -> None:
         """Replies are landed into ``ring`` (the main process's only: actors write private rings)."""
@@ -213,7 +247,8 @@ class RayTransport:
             drain([pending[0]], 1.0)
 
     def replace(self, w: int) -> None:
-        """Kill worker ``w``'s actor and start a new one (Ray may place it on another node)."""
+        """Kill worker ``w``'s actor and start a new one (in the same bundle, so on the same node,
+        unless ``ray_options`` place the actors)."""
         self.kill(w)
         self.start([w])
 

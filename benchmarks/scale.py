@@ -1,0 +1,220 @@
+"""How the main process's cost grows with workers and envs, and a many-core stand-in on 2 cores.
+
+    python benchmarks/scale.py                      # both parts, 3 rounds, writes the JSON + plot
+    python benchmarks/scale.py --part cpu --rounds 5
+    python benchmarks/scale.py --plot-only          # redraw docs/img/scale.png from the JSON
+
+**CPU part.** Synthetic 84x84x4 uint8 frames, 0 ms steps, random actions: the main process's CPU time
+(``time.process_time()``, user + system) per batch step and per env step, for ShmVecEnv,
+ShmVectorEnv (synchronous, and pool mode with half the envs per batch), SubprocVecEnv,
+AsyncVectorEnv and DummyVecEnv, over n_envs 8-256 and n_workers 2-64. On a 2-core machine the
+workers of a configuration share the cores with the main process, so its wall time says little; its
+CPU time per batch is what would limit it on a machine with a core per worker.
+
+**Stand-in part.** Envs that sleep 2 ms per step use no CPU, so each worker stands in for a core of a
+bigger machine: 64 envs in 64 workers and 128 envs in 32 workers, env steps/s reported as a fraction
+of the ideal (envs / sleep time per batch).
+
+Every configuration runs in an interpreter of its own (fork start method), rounds interleaved.
+Results: ``benchmarks/results/scale.json``; plot: ``docs/img/scale.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results" / "scale.json"
+PLOT = ROOT / "docs" / "img" / "scale.png"
+SHAPE = (84, 84, 4)
+
+# (vec env, n_envs, n_workers); n_workers None for those with one process per env or none.
+CPU_CONFIGS: list[tuple[str, int, int | None]] = [
+    *[("shm", n, w) for n, w in ((8, 2), (32, 2), (128, 2), (32, 16), (128, 32), (64, 64), (256, 64))],
+    *[("shm-vector", n, w) for n, w in ((8, 2), (128, 32), (64, 64))],
+    *[("shm-pool", n, w) for n, w in ((8, 2), (128, 32), (64, 64))],
+    *[("subproc", n, None) for n in (8, 32)],
+    *[("async", n, None) for n in (8, 32)],
+    *[("dummy", n, None) for n in (8, 32, 128)],
+]
+STANDIN_CONFIGS: list[tuple[str, int, int | None]] = [
+    *[(v, 64, 64) for v in ("shm", "shm-vector", "subproc", "async")],
+    *[(v, 128, 32) for v in ("shm", "shm-vector")],
+]
+SLEEP_S = 0.002
+
+
+def _env_fn(sleep: bool) -> Any:
+    from shmvec.synthetic import SyntheticImageEnv
+
+    io = (SLEEP_S, SLEEP_S) if sleep else None
+    return functools.partial(SyntheticImageEnv, SHAPE, io_s=io)
+
+
+def measure(kind: str, n_envs: int, n_workers: int | None, sleep: bool, seconds: float) -> dict[str, Any]:
+    """One configuration in this interpreter: main CPU per batch, env steps/s."""
+    import gymnasium as gym
+    import numpy as np
+    from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
+
+    from shmvec import ShmVecEnv, ShmVectorEnv
+
+    fns = [_env_fn(sleep)] * n_envs
+    pool = kind == "shm-pool"
+    if kind == "shm":
+        env: Any = ShmVecEnv(fns, "fork", n_workers=n_workers)
+    elif kind in ("shm-vector", "shm-pool"):
+        batch = n_envs // 2 if pool else None
+        env = ShmVectorEnv(fns, start_method="fork", n_workers=n_workers, batch_size=batch)
+    elif kind == "subproc":
+        env = SubprocVecEnv(fns, "fork")
+    elif kind == "async":
+        env = gym.vector.AsyncVectorEnv(fns, shared_memory=True, context="fork")
+    else:
+        env = DummyVecEnv(fns)
+    gymnasium_face = kind in ("shm-vector", "shm-pool", "async")
+    per_batch = n_envs // 2 if pool else n_envs
+    actions = np.zeros(per_batch, np.int64)
+
+    def step() -> None:
+        if pool:
+            env.recv()
+            env.send(actions)
+        elif gymnasium_face:
+            env.step(actions)
+        else:
+            env.step(actions)
+
+    try:
+        if pool:
+            env.async_reset(seed=0)
+        elif gymnasium_face:
+            env.reset(seed=0)
+        else:
+            env.reset()
+        for _ in range(30):  # warm-up: fresh pages, caches
+            step()
+        n, start, cpu = 0, time.perf_counter(), time.process_time()
+        while time.perf_counter() - start < seconds:
+            step()
+            n += 1
+        wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+    finally:
+        env.close()
+    return {
+        "main_cpu_us_per_batch": cpu / n * 1e6,
+        "main_cpu_us_per_env_step": cpu / n / per_batch * 1e6,
+        "env_steps_per_s": n * per_batch / wall,
+    }
+
+
+def _one(kind: str, n_envs: int, n_workers: int | None, sleep: bool, seconds: float) -> dict[str, Any]:
+    """The configuration in a fresh interpreter."""
+    cmd = [sys.executable, __file__, "--one", json.dumps([kind, n_envs, n_workers, sleep, seconds])]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    if out.returncode != 0:
+        raise RuntimeError(f"{kind} n={n_envs} w={n_workers} failed:\n{out.stderr[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def run(parts: list[str], rounds: int, seconds: float) -> dict[str, Any]:
+    plan = [(c, False) for c in CPU_CONFIGS if "cpu" in parts] + [
+        (c, True) for c in STANDIN_CONFIGS if "standin" in parts
+    ]
+    samples: dict[str, list[dict[str, Any]]] = {}
+    for r in range(rounds):
+        for (kind, n, w), sleep in plan:
+            key = f"{'standin' if sleep else 'cpu'}:{kind}:{n}:{w}"
+            sample = _one(kind, n, w, sleep, seconds)
+            samples.setdefault(key, []).append(sample)
+            print(f"round {r + 1}/{rounds} {key}: {sample}", flush=True)
+    rows = []
+    for key, ss in samples.items():
+        part, kind, n, w = key.split(":")
+        row: dict[str, Any] = {
+            "part": part,
+            "vec_env": kind,
+            "n_envs": int(n),
+            "n_workers": None if w == "None" else int(w),
+        }
+        for metric in ss[0]:
+            values = [s[metric] for s in ss]
+            row[metric] = statistics.median(values)
+            row[f"{metric}_range"] = [min(values), max(values)]
+        if part == "standin":
+            row["ideal_env_steps_per_s"] = int(n) / SLEEP_S
+            row["fraction_of_ideal"] = row["env_steps_per_s"] / row["ideal_env_steps_per_s"]
+        rows.append(row)
+    return {"rounds": rounds, "seconds": seconds, "cpus": len(os.sched_getaffinity(0)), "rows": rows}
+
+
+def plot(data: dict[str, Any]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    cpu = [r for r in data["rows"] if r["part"] == "cpu"]
+    labels = [f"{r['vec_env']}\n{r['n_envs']}/{r['n_workers'] or r['n_envs']}" for r in cpu]
+    values = [r["main_cpu_us_per_batch"] for r in cpu]
+    errs = [
+        [v - r["main_cpu_us_per_batch_range"][0] for v, r in zip(values, cpu)],
+        [r["main_cpu_us_per_batch_range"][1] - v for v, r in zip(values, cpu)],
+    ]
+    colors = ["tab:blue" if r["vec_env"].startswith("shm") else "tab:gray" for r in cpu]
+    left.barh(range(len(cpu)), values, xerr=errs, color=colors)
+    left.set_yticks(range(len(cpu)), labels, fontsize=6)
+    left.invert_yaxis()
+    left.set_xscale("log")
+    left.set_xlabel("main-process CPU per batch step (µs, log)")
+    left.set_title("84x84x4 frames, 0 ms steps (n_envs/n_workers)", fontsize=9)
+    stand = [r for r in data["rows"] if r["part"] == "standin"]
+    right.barh(
+        range(len(stand)),
+        [100 * r["fraction_of_ideal"] for r in stand],
+        color=["tab:blue" if r["vec_env"].startswith("shm") else "tab:gray" for r in stand],
+    )
+    right.set_yticks(range(len(stand)), [f"{r['vec_env']} {r['n_envs']}/{r['n_workers']}" for r in stand])
+    right.invert_yaxis()
+    right.set_xlabel("% of the ideal env steps/s")
+    right.set_title("many-core stand-in: envs sleeping 2 ms per step", fontsize=9)
+    fig.suptitle(f"python benchmarks/scale.py ({data['rounds']} rounds, {data['cpus']} CPUs)", fontsize=9)
+    fig.tight_layout()
+    PLOT.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(PLOT, dpi=110)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--part", choices=["cpu", "standin", "both"], default="both")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=2.0, help="measuring time per run (s)")
+    parser.add_argument("--json", type=Path, default=RESULTS)
+    parser.add_argument("--plot-only", action="store_true")
+    parser.add_argument("--one", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one:
+        print(json.dumps(measure(*json.loads(args.one))))
+        return
+    if args.plot_only:
+        plot(json.loads(args.json.read_text()))
+        return
+    parts = ["cpu", "standin"] if args.part == "both" else [args.part]
+    data = run(parts, args.rounds, args.seconds)
+    args.json.write_text(json.dumps(data, indent=1) + "\n")
+    plot(data)
+    print(f"wrote {args.json} and {PLOT}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,74 @@
+"""The doorbell's wake-up path (shmvec.memory.doorbell): one wake-up per batch, no busy-waiting, and
+every failure still noticed: a worker killed while the main process sleeps on the doorbell, a hung
+one, a worker that dies after it finished its part of a batch."""
+
+from __future__ import annotations
+
+import functools
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from shmvec import EnvTimeoutError, ShmVecEnv, WorkerCrashedError
+from shmvec.memory.doorbell import available
+from tests.envs import FaultyEnv
+
+pytestmark = pytest.mark.skipif(not available(), reason="the doorbell needs Linux futexes")
+
+SLOW = functools.partial(FaultyEnv, delay=0.5)
+
+
+def test_a_synchronous_step_waits_without_spinning(no_leaks):
+    """While a step of envs that sleep 0.5 s is out, the main process uses almost no CPU (CPU time,
+    not wall-clock time): it sleeps in epoll until the last worker's eventfd write."""
+    with ShmVecEnv([SLOW] * 4, "fork", n_workers=2) as env:
+        env.reset()
+        env.step(np.zeros(4, np.int64))
+        cpu = time.process_time()
+        env.step(np.zeros(4, np.int64))
+        assert time.process_time() - cpu < 0.03
+
+
+def test_a_worker_killed_while_the_main_process_sleeps(no_leaks):
+    """Its process sentinel wakes the main process: WorkerCrashedError naming it, no hang."""
+    with ShmVecEnv([SLOW] * 4, "fork", n_workers=2) as env:
+        env.reset()
+        victim = env.processes[1].pid
+        threading.Timer(0.2, os.kill, (victim, signal.SIGKILL)).start()
+        start = time.monotonic()
+        with pytest.raises(
+            WorkerCrashedError, match=r"worker 1 \(pid \d+, envs 2\.\.3\) was killed by signal SIGKILL"
+        ):
+            env.step(np.zeros(4, np.int64))
+        assert time.monotonic() - start < 30  # a hang check, not a speed figure
+        assert env.closed
+
+
+def test_a_hung_worker_times_out(no_leaks):
+    hang = functools.partial(FaultyEnv, "hang", 2, "step")
+    with ShmVecEnv([FaultyEnv, FaultyEnv, hang, FaultyEnv], "fork", n_workers=2, timeout=0.5) as env:
+        env.reset()
+        env.step(np.zeros(4, np.int64))
+        with pytest.raises(
+            EnvTimeoutError, match=r"worker 1 \(pid \d+, envs 2\.\.3\) did not answer step within 0.5 s"
+        ):
+            env.step(np.zeros(4, np.int64))
+
+
+def test_a_worker_killed_after_its_part_of_a_batch(no_leaks):
+    """Worker 0 is killed once its part of a batch is done, while worker 1's envs still sleep: its
+    death shows (sentinel) even though it sends nothing more, and restart mode rebuilds it."""
+    fns = [FaultyEnv, FaultyEnv, SLOW, SLOW]
+    with ShmVecEnv(fns, "fork", n_workers=2, on_crash="restart") as env:
+        env.reset()
+        victim = env.processes[0].pid
+        threading.Timer(0.2, os.kill, (victim, signal.SIGKILL)).start()
+        start = time.monotonic()
+        for _ in range(3):
+            env.step(np.zeros(4, np.int64))
+        assert time.monotonic() - start < 30
+        assert env.n_restarts == 1
