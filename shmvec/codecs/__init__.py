@@ -15,7 +15,6 @@ from typing import Any
 import numpy as np
 
 from shmvec.codecs.base import Codec, CodecError
-from shmvec.errors import install_hint
 
 # name -> ("module:Class", modules that must import for it to work)
 _BUILTIN: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -82,7 +81,11 @@ def get(name: str, **params: Any) -> Codec:
     if name not in _BUILTIN and name not in _USER:
         raise ValueError(f"unknown codec {name!r}; available: {', '.join(available())}")
     if not _installed(name):
-        raise ValueError(f"codec {name!r} needs a library that is not installed: {install_hint('codecs')}")
+        # shmvec.errors.install_hint's words: the codecs import nothing else of shmvec.
+        raise ValueError(
+            f'codec {name!r} needs a library that is not installed: pip install "shmvec[codecs]" '
+            '(in a clone: pip install -e ".[codecs]")'
+        )
     return _load(name)(**params)
 
 
