@@ -9,11 +9,12 @@ import os
 import signal
 import threading
 import time
+from multiprocessing.process import BaseProcess
 
 import numpy as np
 import pytest
 
-from shmvec import EnvTimeoutError, ShmVecEnv, WorkerCrashedError
+from shmvec import EnvTimeoutError, ShmVecEnv, ShmVectorEnv, WorkerCrashedError
 from shmvec.memory.doorbell import available
 from tests.envs import FaultyEnv
 
@@ -72,3 +73,18 @@ def test_a_worker_killed_after_its_part_of_a_batch(no_leaks):
             env.step(np.zeros(4, np.int64))
         assert time.monotonic() - start < 30
         assert env.n_restarts == 1
+
+
+def test_close_right_after_a_command_lets_every_worker_exit_on_its_own(no_leaks, monkeypatch):
+    """A worker woken for a command reads its words when it gets a CPU; close() posted right after
+    the command must not overwrite them before that (the worker then ran the old command under the
+    close's number and slept through the close until it was terminated). Every worker exits by
+    itself: close() never has to terminate one."""
+    terminated = []
+    monkeypatch.setattr(BaseProcess, "terminate", lambda self: terminated.append(self.pid) or self.kill())
+    fns = [functools.partial(FaultyEnv, delay=0.01)] * 8
+    for _ in range(10):
+        env = ShmVectorEnv(fns, start_method="fork", batch_size=2, n_workers=4)
+        env.async_reset(seed=0)  # every worker gets a Reset: some are still asleep at close()
+        env.close()
+    assert terminated == []

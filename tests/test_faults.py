@@ -305,7 +305,7 @@ def test_crash_during_restart_reset_is_retried(no_leaks):
     # Env 3 dies at its third step; its rebuilt versions die in their first reset (the factories
     # kept for rebuilds are swapped after the start).
     env = make(faulty_fns("kill", at=3), on_crash="restart", max_restarts=3, restart_window=None)
-    env._engine.transport.worker_fns[1] = [
+    env._engine.transport.procs.worker_fns[1] = [
         functools.partial(FaultyEnv),
         functools.partial(FaultyEnv, "kill", 1, "reset"),
     ]

@@ -27,7 +27,7 @@ from shmvec.engine.flights import FIRST_READY, Flights, check_count
 from shmvec.engine.groups import by_worker, split_envs, usable_cpus
 from shmvec.engine.options import Options
 from shmvec.engine.reading import BatchReader
-from shmvec.engine.recovery import Ended, Recovery
+from shmvec.engine.recovery import NOTHING_ENDED, Recovery
 from shmvec.engine.slots import Slots
 from shmvec.engine.supervisor import Supervisor
 from shmvec.errors import ClosedError
@@ -285,20 +285,10 @@ class Engine:
         if self._openmp is not None:
             # What the workers needed meanwhile decides later pauses (see shmvec.openmp).
             self._openmp.after_step()
-        ended = _NOTHING_ENDED
-        # Only once restart mode has rebuilt a worker can a batch hold a Restarted reply.
-        restarted = (
-            {
-                w: (self.slots.slot[w], r.reason)
-                for w, (_, r) in zip(workers, arrived)
-                if type(r) is m.Restarted
-            }
-            if self.supervisor.total
-            else {}
-        )
-        if restarted:
-            whole = self.reading.whole(workers, arrived)
-            ended, error = self.recovery.end_episodes(restarted, self.same_step and whole)
+        ended = NOTHING_ENDED
+        if self.supervisor.total:  # only once restart mode rebuilt a worker can a reply be Restarted
+            whole = self.same_step and self.reading.whole(workers, arrived)
+            ended, error = self.recovery.ended_in(workers, arrived, self.slots.slot, whole)
             if error is not None:
                 self.give_up()
                 raise error
@@ -413,7 +403,5 @@ class Engine:
         """Worker restarts so far (restart mode)."""
         return self.supervisor.total
 
-
-_NOTHING_ENDED = Ended()  # read only: no restart ended an episode in the batch
 
 __all__ = ["Engine", "Options"]

@@ -42,6 +42,9 @@ class Ended:
     carried: list[int] = field(default_factory=list)
 
 
+NOTHING_ENDED = Ended()  # read only: no restart ended an episode in the batch
+
+
 class Recovery:
     """Carries out restart mode for one engine.
 
@@ -91,6 +94,14 @@ class Recovery:
     def reason(self, w: int) -> str:
         """Why worker ``w`` was rebuilt (its envs' episodes now end for that reason)."""
         return self.supervisor.needs_reset.pop(w, "")
+
+    def ended_in(
+        self, workers: list[int], arrived: list[tuple[m.Command, Any]], slots: list[int], same_step: bool
+    ) -> tuple[Ended, BaseException | None]:
+        """End the episodes of the batch's workers whose reply is :class:`~shmvec.wire.messages.Restarted`
+        (see :meth:`end_episodes`); what ended, and the error to raise if the budget ran out."""
+        restarted = {w: (slots[w], r.reason) for w, (_, r) in zip(workers, arrived) if type(r) is m.Restarted}
+        return self.end_episodes(restarted, same_step) if restarted else (NOTHING_ENDED, None)
 
     def end_episodes(
         self, restarted: dict[int, tuple[int, str]], same_step: bool

@@ -17,7 +17,6 @@ from __future__ import annotations
 import math
 import os
 import select
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from contextlib import suppress
@@ -26,15 +25,13 @@ from typing import Any
 
 import numpy as np
 
-from shmvec.failures import crash_error, timeout_error
 from shmvec.memory.doorbell import OP_MESSAGE, OP_STEP, MainBell, check_available
 from shmvec.memory.ring import Ring
-from shmvec.transports.base import Fault, Outcome, pickle_factories
+from shmvec.transports.base import Fault, Outcome
+from shmvec.transports.processes import Processes
 from shmvec.transports.resources import Resources
 from shmvec.wire import framing
 from shmvec.wire.messages import MAKE_ENV, Attach, Command, Failed, Reply, Returned, Step
-from shmvec.worker.loop import worker_main
-from shmvec.worker.process import environ, thread_env
 
 # A message up to this size (bytes) is written in one go: the worker reads every message it is
 # woken for, so the pipe has room. A larger one is written within ``timeout``.
@@ -67,18 +64,10 @@ class LocalTransport:
         worker_cpus: Sequence[int] | None = None,
     ) -> None:
         check_available()
-        self.ctx, self.start_method, self.worker_envs = ctx, start_method, worker_envs
-        self.isolate_rng, self.worker_cpus = isolate_rng, worker_cpus
-        self.worker_threads, self.timeout = worker_threads, timeout
-        # Kept in the main process: a replaced worker is rebuilt from them.
-        self.worker_fns: list[bytes | list[Callable[[], Any]]] = []
-        needed_by, way_out = f"the '{start_method}' start method", "use start_method='fork'"
-        for group in worker_envs:
-            group_fns = [env_fns[i] for i in group]
-            pickled = start_method != "fork"
-            self.worker_fns.append(
-                pickle_factories(group_fns, group.start, needed_by, way_out) if pickled else group_fns
-            )
+        self.worker_envs, self.timeout, self.start_method = worker_envs, timeout, start_method
+        self.procs = Processes(
+            ctx, start_method, worker_envs, env_fns, worker_threads, isolate_rng, worker_cpus
+        )
         n = len(worker_envs)
         # An eventfd in a Connection: every start method knows how to hand a Connection to a child.
         self.res = Resources(Connection(os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)))
@@ -117,40 +106,8 @@ class LocalTransport:
 
     def _start(self, w: int) -> None:
         res = self.res
-        fault_log = tempfile.mkstemp(prefix=f"shmvec-worker-{w}-", suffix=".fault")
-        if w < len(res.fault_logs):
-            res.close_fault_log(w)
-            res.fault_logs[w] = fault_log
-        else:
-            res.fault_logs.append(fault_log)
-        remote, work_remote = self.ctx.Pipe()
-        # The pipe is created right before its own worker so no other worker inherits the
-        # child end: a dead worker then shows up as EOF instead of a silent hang.
-        cpu = None if self.worker_cpus is None else self.worker_cpus[w]
-        process = self.ctx.Process(
-            target=worker_main,
-            args=(
-                w,
-                work_remote,
-                res.wake,
-                self.worker_fns[w],
-                self.worker_envs[w].start,
-                self.worker_threads,
-                fault_log[1],
-                self.isolate_rng,
-                cpu,
-            ),
-            daemon=True,
-            name=f"shmvec-worker-{w}",
-        )
-        with environ(thread_env(self.worker_threads)):
-            process.start()
-        work_remote.close()
-        if w < len(res.processes):
-            res.processes[w], res.remotes[w] = process, remote
-        else:
-            res.processes.append(process)
-            res.remotes.append(remote)
+        self.procs.launch(w, res)
+        remote, process = res.remotes[w], res.processes[w]
         res.attached[w] = False
         self._attached[w] = self._all_attached = False
         self.idle_faults.pop(w, None)
@@ -170,12 +127,8 @@ class LocalTransport:
         self.res.bell = MainBell(ring.bell, self.res.wake.fileno())
 
     def kill(self, w: int) -> None:
-        """SIGKILL worker ``w`` and reap it (a hung or broken env gets no chance to clean up: its envs
-        are rebuilt anyway, and the shared memory belongs to the main process)."""
-        process = self.res.processes[w]
-        if process.is_alive():
-            process.kill()
-        process.join(5.0)
+        """SIGKILL worker ``w`` and reap it; stop watching it."""
+        self.procs.kill(w, self.res)
         self._forget(w)
 
     def replace(self, w: int) -> None:
@@ -285,7 +238,7 @@ class LocalTransport:
             if self.timeout is None or len(data) <= _SMALL_MESSAGE:
                 framing.write_message(fd, data)
             elif not framing.write_within(fd, data, self.timeout):
-                return self.hung(w, msg.label, "it was killed", "take")
+                return self.procs.hung(w, msg.label, self.timeout, self.res, "take")
         except (BrokenPipeError, ConnectionResetError, EOFError):
             return self.lost(w, msg.label)
         return None
@@ -321,7 +274,7 @@ class LocalTransport:
             for w in pending[self._deadlines[pending] <= now].tolist():
                 label = self._labels[w]
                 self.kill(w)
-                outcome.faults.append(self.hung(w, label, "it was killed"))
+                outcome.faults.append(self.procs.hung(w, label, self.timeout, self.res))  # type: ignore[arg-type]
             pending = pending[self._flying[pending]]
             if now >= give_up:
                 break
@@ -432,36 +385,9 @@ class LocalTransport:
             self.idle_faults[w] = self.lost(w, "step")
         self._forget(w)
 
-    # ------------------------------------------------------------------ faults
-
     def lost(self, w: int, command: str) -> Fault:
-        """The fault of dead worker ``w`` (waits up to 1 s for its exit code)."""
-        process = self.res.processes[w]
-        process.join(1.0)
-        error = crash_error(
-            w,
-            process.pid,
-            self.worker_envs[w],
-            process.exitcode,
-            command,
-            self._fault_text(w),
-            self.start_method,
-        )
-        return Fault(w, error.args[0], error)
-
-    def hung(self, w: int, command: str, outcome: str, verb: str = "answer") -> Fault:
-        """The fault of worker ``w`` that did not answer (or take) ``command`` in time."""
-        assert self.timeout is not None
-        error = timeout_error(
-            w, self.res.processes[w].pid, self.worker_envs[w], command, self.timeout, outcome, verb
-        )
-        return Fault(w, error.args[0], error)
-
-    def _fault_text(self, w: int) -> str:
-        try:
-            return os.pread(self.res.fault_logs[w][0], 1 << 16, 0).decode(errors="replace")
-        except (OSError, IndexError):
-            return ""
+        """The fault of dead worker ``w``."""
+        return self.procs.lost(w, command, self.res)
 
 
 def _readable(fd: int) -> bool:

@@ -79,21 +79,35 @@ class Resources:
             self.ring = None
 
     def _ask_to_close(self) -> None:
-        close = framing.dumps(Close())
+        deadline = time.monotonic() + _CLOSE_GRACE_S
         attached = [w for w, a in enumerate(self.attached) if a and self.processes[w].is_alive()]
         if self.bell is not None and attached:
+            # A worker still busy with a command reads its words only once it is done: overwritten
+            # now, its command and the close would be mixed up. Let it finish first (within the grace).
+            busy = np.array(attached)
+            while len(busy) and time.monotonic() < deadline:
+                busy = busy[~self.bell.done(busy)]
+                busy = np.array([w for w in busy.tolist() if self.processes[w].is_alive()], dtype=np.intp)
+                if len(busy):
+                    self._drain_replies(busy.tolist(), 0.02)
             # Rung first: a worker reads its pipe only once woken. Not counted: nobody waits.
             self.bell.post(np.array(attached), OP_MESSAGE, 0, counted=False)
+        close = framing.dumps(Close())
         for remote in self.remotes:
             with suppress(OSError, ValueError):
                 framing.write_message(remote.fileno(), close)
-        deadline = time.monotonic() + _CLOSE_GRACE_S
-        for process, remote in zip(self.processes, self.remotes):
+        for w, process in enumerate(self.processes):
             while process.is_alive() and time.monotonic() < deadline:
-                # Drain a reply the worker may be blocked sending (a step left pending).
-                try:
-                    while remote.poll():
-                        remote.recv_bytes()
-                except (OSError, EOFError, ValueError):
-                    pass
+                self._drain_replies([w], 0.02)
                 process.join(0.02)
+
+    def _drain_replies(self, workers: list[int], wait_s: float) -> None:
+        """Read and drop what ``workers`` are sending (a reply they may be blocked writing, left
+        pending by a step that will not be received), waiting up to ``wait_s`` for some."""
+        for w in workers:
+            remote = self.remotes[w]
+            try:
+                while remote.poll(wait_s / len(workers)):
+                    remote.recv_bytes()
+            except (OSError, EOFError, ValueError):
+                pass
