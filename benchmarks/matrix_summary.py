@@ -88,14 +88,14 @@ def markdown(summary: dict[str, Any]) -> str:
     rows = verdicts(summary)
     backends = ("dummy", "subproc", "shm", "shm_wn", "async")
     lines = [
-        "| workload | n_envs | " + " | ".join(backends) + " | fastest multi-process | shm vs next |",
+        "| workload | n_envs | " + " | ".join(backends) + " | fastest | shm vs next |",
         "|---|---|" + "---|" * len(backends) + "---|---|",
     ]
     for r in rows:
         rates = " | ".join(f"{r['rates'][b]:,.0f}" if b in r["rates"] else "-" for b in backends)
         vs = "-"
         if "ratio" in r:
-            vs = f"{r['ratio']:.2f}x vs {r['rival']}" + ("" if r["clear"] else " (IQRs overlap)")
+            vs = f"{r['ratio']:.2f}x vs {r['rival']}" + ("" if r["clear"] else ", IQRs overlap")
         lines.append(f"| {r['workload']} | {r['n_envs']} | {rates} | {r['winner']} | {vs} |")
     big = [r for r in rows if r["n_envs"] >= 4 and "ratio" in r]
     won = [r for r in big if r["winner"] in SHM]

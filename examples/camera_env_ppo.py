@@ -59,7 +59,7 @@ class CameraReachEnv(gym.Env):
 
 def main() -> None:
     parser = argparse.ArgumentParser(
-        description=__doc__.splitlines()[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
     )
     parser.add_argument("--n-envs", type=int, default=4, help="parallel envs")
     parser.add_argument("--size", type=int, default=256, help="camera frame height and width (pixels)")

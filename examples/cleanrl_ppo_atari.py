@@ -12,6 +12,7 @@ process, ``async`` is gymnasium's AsyncVectorEnv (one process per env), ``shm`` 
 import argparse
 import functools
 import time
+from collections.abc import Callable
 
 import gymnasium as gym
 import numpy as np
@@ -24,9 +25,9 @@ from torch.distributions import Categorical
 import shmvec
 
 
-def parse_args() -> argparse.Namespace:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        description=__doc__.splitlines()[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
     )
     parser.add_argument("--vec", choices=["sync", "async", "shm"], default="shm", help="vector env")
     parser.add_argument("--env-id", default="ALE/Pong-v5", help="an Atari id from ale-py")
@@ -36,7 +37,10 @@ def parse_args() -> argparse.Namespace:
     )
     parser.add_argument("--num-envs", type=int, default=8, help="envs stepped together")
     parser.add_argument("--num-steps", type=int, default=64, help="steps per env in each rollout")
-    parser.add_argument("--learning-rate", type=float, default=2.5e-4, help="Adam's, annealed to 0")
+    parser.add_argument("--learning-rate", type=float, default=2.5e-4, help="Adam's step size")
+    parser.add_argument(
+        "--anneal-lr", action=argparse.BooleanOptionalAction, default=True, help="anneal it linearly to 0"
+    )
     parser.add_argument("--gamma", type=float, default=0.99, help="discount factor")
     parser.add_argument("--gae-lambda", type=float, default=0.95, help="GAE's lambda")
     parser.add_argument("--num-minibatches", type=int, default=4, help="per pass over a rollout")
@@ -48,7 +52,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--torch-threads", type=int, default=1, help="CPU threads for the network (the rest: env workers)"
     )
-    return parser.parse_args()
+    return parser.parse_args(argv)
 
 
 def make_envs(vec: str, env_id: str, num_envs: int) -> gym.vector.VectorEnv:
@@ -90,21 +94,23 @@ def layer_init(layer: nn.Module, std: float = np.sqrt(2), bias_const: float = 0.
 
 
 class Agent(nn.Module):
-    """The Nature DQN convolutional trunk, shared by a policy head and a value head."""
+    """The Nature DQN convolutional trunk, shared by a policy head and a value head (SB3's
+    ``CnnPolicy`` is the same network). Observations are channels first: (4, 84, 84) for Atari."""
 
-    def __init__(self, n_actions: int) -> None:
+    def __init__(self, obs_shape: tuple[int, ...], n_actions: int) -> None:
         super().__init__()
-        self.network = nn.Sequential(
-            layer_init(nn.Conv2d(4, 32, 8, stride=4)),
+        convs = nn.Sequential(
+            layer_init(nn.Conv2d(obs_shape[0], 32, 8, stride=4)),
             nn.ReLU(),
             layer_init(nn.Conv2d(32, 64, 4, stride=2)),
             nn.ReLU(),
             layer_init(nn.Conv2d(64, 64, 3, stride=1)),
             nn.ReLU(),
             nn.Flatten(),
-            layer_init(nn.Linear(64 * 7 * 7, 512)),
-            nn.ReLU(),
         )
+        with torch.no_grad():  # 64 * 7 * 7 for 84x84 frames
+            n_flat = convs(torch.zeros(1, *obs_shape)).shape[1]
+        self.network = nn.Sequential(*convs, layer_init(nn.Linear(n_flat, 512)), nn.ReLU())
         self.actor = layer_init(nn.Linear(512, n_actions), std=0.01)
         self.critic = layer_init(nn.Linear(512, 1), std=1)
 
@@ -119,8 +125,15 @@ class Agent(nn.Module):
         return action, probs.log_prob(action), probs.entropy(), self.critic(hidden)
 
 
-def main() -> None:
-    args = parse_args()
+def train(
+    envs: gym.vector.VectorEnv,
+    args: argparse.Namespace,
+    on_episode: Callable[[int, float], None] | None = None,
+) -> Agent:
+    """PPO on ``envs`` (which must auto-reset in the same step) for ``args.total_timesteps`` env
+    steps; ``on_episode(global_step, return)`` for each finished episode (default: print it)."""
+    if on_episode is None:
+        on_episode = lambda step, ret: print(f"global_step={step}, episodic_return={ret:.0f}")  # noqa: E731
     batch_size = args.num_envs * args.num_steps
     minibatch_size = batch_size // args.num_minibatches
     num_iterations = max(1, args.total_timesteps // batch_size)
@@ -129,8 +142,7 @@ def main() -> None:
     torch.manual_seed(args.seed)
     torch.set_num_threads(args.torch_threads)
 
-    envs = make_envs(args.vec, args.env_id, args.num_envs)
-    agent = Agent(envs.single_action_space.n)
+    agent = Agent(envs.single_observation_space.shape, envs.single_action_space.n)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
 
     # Rollout storage: one row per step, one column per env.
@@ -146,76 +158,84 @@ def main() -> None:
     next_obs, _ = envs.reset(seed=args.seed)
     next_obs = torch.tensor(next_obs, dtype=torch.float32)
     next_done = torch.zeros(args.num_envs)
-    try:
-        for iteration in range(1, num_iterations + 1):
-            # Anneal the learning rate linearly to 0 over the run.
-            optimizer.param_groups[0]["lr"] = (1.0 - (iteration - 1.0) / num_iterations) * args.learning_rate
+    for iteration in range(1, num_iterations + 1):
+        if args.anneal_lr:  # linearly to 0 over the run
+            frac = 1.0 - (iteration - 1.0) / num_iterations
+            optimizer.param_groups[0]["lr"] = frac * args.learning_rate
 
-            # 1. Collect a rollout of num_steps steps in every env with the current policy.
-            for step in range(args.num_steps):
-                global_step += args.num_envs
-                obs[step] = next_obs
-                dones[step] = next_done
-                with torch.no_grad():
-                    action, logprob, _, value = agent.get_action_and_value(next_obs)
-                values[step] = value.flatten()
-                actions[step] = action
-                logprobs[step] = logprob
-
-                next_obs, reward, terminations, truncations, infos = envs.step(action.numpy())
-                rewards[step] = torch.tensor(reward, dtype=torch.float32)
-                next_obs = torch.tensor(next_obs, dtype=torch.float32)
-                next_done = torch.tensor(np.logical_or(terminations, truncations), dtype=torch.float32)
-                if "episode" in infos:
-                    for i in np.flatnonzero(infos["_episode"]):
-                        print(f"global_step={global_step}, episodic_return={infos['episode']['r'][i]:.0f}")
-
-            # 2. Advantages by GAE, bootstrapped from the value of the observation after the rollout.
+        # 1. Collect a rollout of num_steps steps in every env with the current policy.
+        for step in range(args.num_steps):
+            global_step += args.num_envs
+            obs[step] = next_obs
+            dones[step] = next_done
             with torch.no_grad():
-                next_value = agent.get_value(next_obs).reshape(1, -1)
-                advantages = torch.zeros_like(rewards)
-                lastgaelam = 0
-                for t in reversed(range(args.num_steps)):
-                    if t == args.num_steps - 1:
-                        nextnonterminal = 1.0 - next_done
-                        nextvalues = next_value
-                    else:
-                        nextnonterminal = 1.0 - dones[t + 1]
-                        nextvalues = values[t + 1]
-                    delta = rewards[t] + args.gamma * nextvalues * nextnonterminal - values[t]
-                    advantages[t] = lastgaelam = (
-                        delta + args.gamma * args.gae_lambda * nextnonterminal * lastgaelam
-                    )
-                returns = advantages + values
+                action, logprob, _, value = agent.get_action_and_value(next_obs)
+            values[step] = value.flatten()
+            actions[step] = action
+            logprobs[step] = logprob
 
-            # 3. Several epochs of clipped policy-gradient and value updates on shuffled minibatches.
-            b_obs = obs.reshape((-1, *envs.single_observation_space.shape))
-            b_logprobs = logprobs.reshape(-1)
-            b_actions = actions.reshape(-1)
-            b_advantages = advantages.reshape(-1)
-            b_returns = returns.reshape(-1)
-            for _ in range(args.update_epochs):
-                for mb_inds in torch.randperm(batch_size).split(minibatch_size):
-                    _, newlogprob, entropy, newvalue = agent.get_action_and_value(
-                        b_obs[mb_inds], b_actions[mb_inds]
-                    )
-                    ratio = (newlogprob - b_logprobs[mb_inds]).exp()
-                    mb_advantages = b_advantages[mb_inds]
-                    mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
+            next_obs, reward, terminations, truncations, infos = envs.step(action.numpy())
+            rewards[step] = torch.tensor(reward, dtype=torch.float32)
+            next_obs = torch.tensor(next_obs, dtype=torch.float32)
+            next_done = torch.tensor(np.logical_or(terminations, truncations), dtype=torch.float32)
+            if "episode" in infos:
+                for i in np.flatnonzero(infos["_episode"]):
+                    on_episode(global_step, float(infos["episode"]["r"][i]))
 
-                    pg_loss1 = -mb_advantages * ratio
-                    pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
-                    pg_loss = torch.max(pg_loss1, pg_loss2).mean()
-                    v_loss = 0.5 * ((newvalue.view(-1) - b_returns[mb_inds]) ** 2).mean()
-                    loss = pg_loss - args.ent_coef * entropy.mean() + v_loss * args.vf_coef
+        # 2. Advantages by GAE, bootstrapped from the value of the observation after the rollout.
+        with torch.no_grad():
+            next_value = agent.get_value(next_obs).reshape(1, -1)
+            advantages = torch.zeros_like(rewards)
+            lastgaelam = 0
+            for t in reversed(range(args.num_steps)):
+                if t == args.num_steps - 1:
+                    nextnonterminal = 1.0 - next_done
+                    nextvalues = next_value
+                else:
+                    nextnonterminal = 1.0 - dones[t + 1]
+                    nextvalues = values[t + 1]
+                delta = rewards[t] + args.gamma * nextvalues * nextnonterminal - values[t]
+                advantages[t] = lastgaelam = (
+                    delta + args.gamma * args.gae_lambda * nextnonterminal * lastgaelam
+                )
+            returns = advantages + values
 
-                    optimizer.zero_grad()
-                    loss.backward()
-                    nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
-                    optimizer.step()
+        # 3. Several epochs of clipped policy-gradient and value updates on shuffled minibatches.
+        b_obs = obs.reshape((-1, *envs.single_observation_space.shape))
+        b_logprobs = logprobs.reshape(-1)
+        b_actions = actions.reshape(-1)
+        b_advantages = advantages.reshape(-1)
+        b_returns = returns.reshape(-1)
+        for _ in range(args.update_epochs):
+            for mb_inds in torch.randperm(batch_size).split(minibatch_size):
+                _, newlogprob, entropy, newvalue = agent.get_action_and_value(
+                    b_obs[mb_inds], b_actions[mb_inds]
+                )
+                ratio = (newlogprob - b_logprobs[mb_inds]).exp()
+                mb_advantages = b_advantages[mb_inds]
+                mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
 
-            sps = int(global_step / (time.time() - start_time))
-            print(f"iteration {iteration}/{num_iterations}: global_step={global_step}, SPS={sps}")
+                pg_loss1 = -mb_advantages * ratio
+                pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
+                pg_loss = torch.max(pg_loss1, pg_loss2).mean()
+                v_loss = 0.5 * ((newvalue.view(-1) - b_returns[mb_inds]) ** 2).mean()
+                loss = pg_loss - args.ent_coef * entropy.mean() + v_loss * args.vf_coef
+
+                optimizer.zero_grad()
+                loss.backward()
+                nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
+                optimizer.step()
+
+        sps = int(global_step / (time.time() - start_time))
+        print(f"iteration {iteration}/{num_iterations}: global_step={global_step}, SPS={sps}")
+    return agent
+
+
+def main() -> None:
+    args = parse_args()
+    envs = make_envs(args.vec, args.env_id, args.num_envs)
+    try:
+        train(envs, args)
     finally:
         envs.close()
 

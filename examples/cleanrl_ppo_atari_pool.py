@@ -30,7 +30,7 @@ import shmvec
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        description=__doc__.splitlines()[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
     )
     parser.add_argument("--env-id", default="ALE/Pong-v5", help="an Atari id from ale-py")
     parser.add_argument("--seed", type=int, default=1, help="seeds the envs, torch and numpy")

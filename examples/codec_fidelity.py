@@ -16,17 +16,21 @@ from stable_baselines3.common.vec_env import VecTransposeImage
 
 from shmvec import ShmVecEnv, codecs, fidelity
 from shmvec.bench.envs import env_factory
+from shmvec.errors import install_hint
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(
-        description=__doc__.splitlines()[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
     )
     parser.add_argument("--env", default="ALE/Breakout-v5", help="gymnasium Atari id")
     parser.add_argument("--frames", type=int, default=300, help="frames collected for the report")
     parser.add_argument("--steps", type=int, default=20_000, help="total env steps of training")
     parser.add_argument("--n-envs", type=int, default=4, help="parallel envs")
     args = parser.parse_args()
+    missing = codecs.missing()
+    if missing:
+        raise SystemExit(f"this example needs the {', '.join(missing)} codecs: {install_hint('codecs')}")
 
     make_env = env_factory(args.env)
     frames = fidelity.collect_frames(make_env, args.frames, seed=0)

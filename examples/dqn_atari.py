@@ -1,6 +1,6 @@
 """DQN on an Atari game with ShmVecEnv.
 
-    python examples/dqn_atari.py --env ALE/Pong-v5 --steps 100000
+    python examples/dqn_atari.py --env PongNoFrameskip-v4 --steps 100000
 
 DQN stores (obs, next_obs) pairs in its replay buffer. ShmVecEnv returns fresh arrays by default,
 so nothing in the buffer changes under it; with ``copy=False`` it returns read-only views that stay
@@ -20,9 +20,9 @@ from shmvec import ShmVecEnv
 
 def main() -> None:
     parser = argparse.ArgumentParser(
-        description=__doc__.splitlines()[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
     )
-    parser.add_argument("--env", default="ALE/Pong-v5", help="gymnasium Atari id")
+    parser.add_argument("--env", default="PongNoFrameskip-v4", help="an Atari id that does not skip frames")
     parser.add_argument("--n-envs", type=int, default=4, help="parallel envs")
     parser.add_argument("--steps", type=int, default=100_000, help="total env steps")
     parser.add_argument("--seed", type=int, default=0, help="seed of the envs and the algorithm")

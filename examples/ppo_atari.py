@@ -1,8 +1,10 @@
 """PPO on an Atari game with ShmVecEnv: the standard SB3 Atari recipe, one argument changed.
 
-    python examples/ppo_atari.py --env ALE/Breakout-v5 --steps 100000
+    python examples/ppo_atari.py --env BreakoutNoFrameskip-v4 --steps 100000
 
-``make_atari_env`` applies the usual preprocessing (84x84 grey frames, frame skip, episodic life);
+``make_atari_env`` applies the usual preprocessing (84x84 grey frames, 4 frames per action, episodic
+life) to a ``NoFrameskip-v4`` game, as SB3 and rl-zoo3 do: an ``ALE/...-v5`` id skips 4 frames itself,
+and under SB3's wrapper every action would last 16 (shmvec warns);
 ``VecFrameStack`` stacks 4 frames. ``vec_env_cls=ShmVecEnv`` is the only change from SB3's own
 example: observations come back through shared memory instead of pickled pipes.
 """
@@ -20,9 +22,9 @@ from shmvec import ShmVecEnv
 
 def main() -> None:
     parser = argparse.ArgumentParser(
-        description=__doc__.splitlines()[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
     )
-    parser.add_argument("--env", default="ALE/Pong-v5", help="gymnasium Atari id")
+    parser.add_argument("--env", default="PongNoFrameskip-v4", help="an Atari id that does not skip frames")
     parser.add_argument("--n-envs", type=int, default=8, help="parallel envs")
     parser.add_argument("--steps", type=int, default=100_000, help="total env steps")
     parser.add_argument("--seed", type=int, default=0, help="seed of the envs and the algorithm")

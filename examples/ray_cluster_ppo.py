@@ -17,12 +17,17 @@ import functools
 
 import ale_py
 import gymnasium as gym
-import ray
 from stable_baselines3 import PPO
 from stable_baselines3.common.env_util import make_atari_env
 from stable_baselines3.common.vec_env import VecFrameStack
 
 from shmvec import ShmVecEnv
+from shmvec.errors import install_hint
+
+try:
+    import ray
+except ModuleNotFoundError:
+    raise SystemExit(f"this example needs Ray: {install_hint('ray')}") from None
 
 
 def make_game(env_id: str, **kwargs: object) -> gym.Env:
@@ -36,10 +41,10 @@ def make_game(env_id: str, **kwargs: object) -> gym.Env:
 
 def main() -> None:
     parser = argparse.ArgumentParser(
-        description=__doc__.splitlines()[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
     )
     parser.add_argument("--address", default=None, help="Ray cluster address ('auto': the running one)")
-    parser.add_argument("--env", default="ALE/Pong-v5", help="gymnasium Atari id")
+    parser.add_argument("--env", default="PongNoFrameskip-v4", help="an Atari id that does not skip frames")
     parser.add_argument("--n-envs", type=int, default=8, help="parallel envs")
     parser.add_argument("--n-workers", type=int, default=2, help="Ray actors (groups of envs)")
     parser.add_argument("--num-cpus", type=float, default=None, help="CPUs reserved per actor (default 1)")

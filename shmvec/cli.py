@@ -15,6 +15,7 @@ T = TypeVar("T")
 def _parser() -> argparse.ArgumentParser:
     from shmvec._start_methods import available, default_start_method
     from shmvec._version import __version__
+    from shmvec.bench.backends import describe_backends
 
     parser = argparse.ArgumentParser(
         prog="shmvec", description="Shared-memory VecEnv for Stable-Baselines3: tools."
@@ -26,7 +27,14 @@ def _parser() -> argparse.ArgumentParser:
         help="measure which VecEnv configuration is fastest on an env (default: ALE Pong raw frames)",
         description="Measure VecEnv backends on an env: steps/s with 95% CIs, where a step's time goes, "
         "CPU, memory, start-up; then recommend a configuration. With no options: ALE Pong raw frames, "
-        "dummy vs subproc vs shm, n_envs 1,2,4,8, 3 repeats of 2 s (a few minutes).",
+        "dummy vs subproc vs shm, n_envs 1,2,4,8, 3 repeats of 2 s (a few minutes). With --train: "
+        "train the same policy on each backend and compare wall-clock time, returns and learning curves.",
+        epilog="backends (--backends):\n" + describe_backends() + "\nexamples:\n"
+        "  shmvec bench --backends shm,shm-pin --policy ppo:CnnPolicy\n"
+        "  shmvec bench --env mypkg.envs:make_env --n-envs 8 --json out.json --plot out.png\n"
+        "  shmvec bench --train --env mypkg.envs:make_env --train-steps 50000 --threshold 0.9 "
+        "--plot curves.png\n",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     bench.add_argument(
         "--env", default="ALE/Pong-v5", help="gymnasium id or module:factory (default ALE/Pong-v5)"
@@ -40,11 +48,7 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument(
         "--backends",
         default="dummy,subproc,shm",
-        help="comma-separated, from: dummy, subproc, shm, async (gymnasium AsyncVectorEnv with shared "
-        "memory), sync (gymnasium SyncVectorEnv), shm-vector (ShmVectorEnv), shm-auto (ShmVecEnv with "
-        "n_workers='auto'), shm-pin (ShmVecEnv with worker_cpus='auto'), envpool (ALE ids, needs the "
-        "envpool extra), shm-pool (ShmVectorEnv pool "
-        "mode: send/recv, --batch-size envs per batch step); default dummy,subproc,shm",
+        help="comma-separated backend names, listed below (default dummy,subproc,shm)",
     )
     bench.add_argument(
         "--batch-size",
@@ -82,7 +86,13 @@ def _parser() -> argparse.ArgumentParser:
         "fork starts fastest)",
     )
     bench.add_argument("--json", type=Path, default=None, help="write every raw figure to this JSON file")
-    bench.add_argument("--plot", type=Path, default=None, help="write a PNG plot of steps/s against n_envs")
+    bench.add_argument(
+        "--plot",
+        type=Path,
+        default=None,
+        help="write a PNG: steps/s against n_envs; with --train, mean return against wall-clock time and "
+        "against env steps (the learning curves, over the seeds)",
+    )
     bench.add_argument(
         "--from-json", type=Path, default=None, help="measure nothing: report from a JSON written by --json"
     )
@@ -102,6 +112,13 @@ def _parser() -> argparse.ArgumentParser:
         "--train-steps", type=int, default=2048, help="env steps per training run (default 2048)"
     )
     bench.add_argument("--seeds", default="0,1,2", help="comma-separated training seeds (default 0,1,2)")
+    bench.add_argument(
+        "--threshold",
+        type=float,
+        default=None,
+        help="with --train: a return; say when each backend's seeds reached it (mean of the last 50 "
+        "episodes)",
+    )
     codecs = sub.add_parser(
         "codecs",
         help="measure observation codecs on real frames: ratio, speed, exactness, error, policy effect",
@@ -151,6 +168,7 @@ def _codecs(args: argparse.Namespace) -> int:
     from shmvec import codecs as codec_registry
     from shmvec import fidelity
     from shmvec.bench.envs import check_env_name, env_factory
+    from shmvec.errors import install_hint
 
     _checked(check_env_name, args.env)
     frames = fidelity.collect_frames(env_factory(args.env), args.steps, args.seed)
@@ -164,7 +182,7 @@ def _codecs(args: argparse.Namespace) -> int:
     missing = codec_registry.missing()
     if missing and not args.codec:
         print(
-            f'not installed here: {", ".join(missing)}. pip install "shmvec[codecs]" adds them '
+            f"not installed here: {', '.join(missing)}. {install_hint('codecs')} adds them "
             f"({', '.join(codec_registry.EXTRA_PACKAGES)})."
         )
     reports = fidelity.compare(chosen, frames, model)
@@ -237,14 +255,12 @@ def _check_bench_args(args: argparse.Namespace) -> None:
     :raises UsageError: naming the option and what it accepts.
     """
     from shmvec._start_methods import resolve_start_method
-    from shmvec.bench.backends import check_backend
+    from shmvec.bench.backends import backend_names, check_backend
     from shmvec.bench.policy import parse_policy
 
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
     if not backends:
-        raise UsageError(
-            "--backends is empty; choose from dummy, subproc, shm, async, sync, shm-vector, envpool, shm-pool"
-        )
+        raise UsageError(f"--backends is empty; choose from {', '.join(backend_names())}")
     for b in backends:
         _checked(check_backend, b)
     n_envs = _ints(args.n_envs, "--n-envs")
@@ -352,12 +368,16 @@ def _train(args: argparse.Namespace, backends: list[str], n_envs: list[int]) -> 
         start_method=args.start_method,
         env_kwargs=args.env_kwargs,
         progress=lambda m: print("  " + m, file=sys.stderr, flush=True),
+        threshold=args.threshold,
     )
     print(result.table(), end="")
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(result.to_dict(), indent=1) + "\n")
         print(f"raw figures: {args.json}")
+    if args.plot is not None:
+        result.plot(args.plot)
+        print(f"learning curves: {args.plot}")
     return 1 if result.problems() else 0
 
 

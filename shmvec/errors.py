@@ -11,6 +11,27 @@ from collections.abc import Sequence
 from typing import Any
 
 
+def install_hint(extra: str) -> str:
+    """How to install one of shmvec's extras, from PyPI and from a clone of the repository:
+    ``pip install "shmvec[ray]" (in a clone: pip install -e ".[ray]")``."""
+    return f'pip install "shmvec[{extra}]" (in a clone: pip install -e ".[{extra}]")'
+
+
+def unpicklable_factory(env_index: int, needed_by: str, way_out: str | None, exc: Exception) -> TypeError:
+    """The error for an env factory that cannot be pickled: what to do first, then why. Raise it
+    ``from None``: the pickler's own traceback (dozens of lines of cloudpickle) buries the advice,
+    and its one line that matters is in the message.
+
+    :param needed_by: what pickles the factories, e.g. ``"the 'spawn' start method"``.
+    :param way_out: how to do without pickling, if there is a way (``"use start_method='fork'"``).
+    """
+    return TypeError(
+        f"make the factory of env {env_index} picklable: a module-level function, or a "
+        f"functools.partial of one with picklable arguments{f' (or {way_out})' if way_out else ''}. "
+        f"Pickling it, which {needed_by} needs, failed: {type(exc).__name__}: {exc}"
+    )
+
+
 def short_traceback(text: str) -> str:
     """A worker's formatted traceback without the frames of shmvec's own worker loop.
 
@@ -178,7 +199,22 @@ class SharedMemoryTooSmallError(ShmVecEnvError, MemoryError):
 
 
 class ClosedError(ShmVecEnvError):
-    """The VecEnv was used after ``close()`` (or after a crash closed it)."""
+    """The VecEnv was used after ``close()``, or after a failure closed it (a worker that died or
+    hung, or a restart budget spent); the message says which of the two. Build it with
+    :meth:`because`."""
+
+    @classmethod
+    def because(cls, owner: str, by_close: bool) -> ClosedError:
+        """The error for using ``owner`` (``"ShmVecEnv"``...) once closed, ``by_close`` (else by a
+        failure)."""
+        if by_close:
+            return cls(f"this {owner} is closed: close() was called on it; create a new one")
+        return cls(
+            f"this {owner} was closed by a failure: a worker died or hung (the WorkerCrashedError or "
+            "EnvTimeoutError raised then says which, and why), or its restart budget was spent. Its "
+            "workers are gone and its shared memory is freed: create a new one, or pass "
+            'on_crash="restart" to have failed workers rebuilt'
+        )
 
 
 class CodecMismatchError(ShmVecEnvError):
@@ -201,6 +237,11 @@ class CodecMismatchError(ShmVecEnvError):
 
 class FidelityError(ShmVecEnvError):
     """A lossy codec changed a sampled observation more than the user's ``Tolerance`` allows."""
+
+
+class FrameSkipWarning(UserWarning):
+    """An env skips frames under a wrapper that skips frames too (e.g. ``make_atari_env("ALE/Pong-v5")``:
+    16 frames per action instead of SB3's 4); see :mod:`shmvec.atari`."""
 
 
 class FidelityWarning(UserWarning):

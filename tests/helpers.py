@@ -66,14 +66,37 @@ def sample_actions(space, n: int, rng: np.random.Generator) -> np.ndarray:
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def run_script(path: Path, source: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    """Write ``source`` (dedented) to ``path`` and run it as a user would: a fresh interpreter with
-    the repository importable. A file, not ``python -c``: spawn workers re-import main files."""
-    path.write_text(textwrap.dedent(source))
+def run_python(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """``python ARGS`` as a user would run it from the repository's root: a fresh interpreter with
+    the repository importable; output captured."""
     return subprocess.run(
-        [sys.executable, str(path)],
+        [sys.executable, *args],
         capture_output=True,
         text=True,
         timeout=timeout,
+        cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
+
+
+def run_script(path: Path, source: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """Write ``source`` (dedented) to ``path`` and run it (:func:`run_python`). A file, not
+    ``python -c``: spawn workers re-import main files."""
+    path.write_text(textwrap.dedent(source))
+    return run_python(str(path), timeout=timeout)
+
+
+def require(module: str, how: str) -> Any:
+    """Import ``module`` for a test; when it is missing, skip (``how`` installs it), or fail in CI
+    (``CI`` set), where every optional piece is installed and a skip would hide a missing step."""
+    import importlib
+
+    import pytest
+
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        message = f"{module} is not installed ({how})"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)

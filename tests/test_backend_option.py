@@ -53,9 +53,11 @@ def test_unpicklable_factory_on_ray_names_the_backend(tmp_path):
         """,
     )
     out = proc.stdout
-    assert 'error: the factory of env 1 cannot be pickled, which backend="ray" needs (TypeError:' in out, (
-        out + proc.stderr[-2000:]
+    expected = (
+        "error: make the factory of env 1 picklable: a module-level function, or a functools.partial of "
+        'one with picklable arguments. Pickling it, which backend="ray" needs, failed: TypeError:'
     )
+    assert expected in out, out + proc.stderr[-2000:]
     assert "start method" not in out and "start_method" not in out, out
     assert "ray started: False" in out, out
 

@@ -126,3 +126,17 @@ def test_version_is_semantic_and_in_the_changelog():
     changelog = (ROOT / "CHANGELOG.md").read_text()
     assert re.search(rf"^## {re.escape(shmvec.__version__)}\b", changelog, re.M)
     assert "Deprecation policy" in changelog
+
+
+def test_benchmarks_page_lists_the_registered_backends():
+    # One registry: the page's list is what `shmvec bench --help` prints.
+    from shmvec.bench.backends import describe_backends
+
+    page = (ROOT / "docs" / "benchmarks.md").read_text()
+    block = re.search(r"<!-- backends:start.*?-->\n```text\n(.*?)```\n<!-- backends:end -->", page, re.S)
+    assert block is not None and block.group(1) == describe_backends(), (
+        "docs/benchmarks.md's backend list differs from shmvec.bench.backends.describe_backends()"
+    )
+    assert describe_backends() in subprocess.run(
+        [sys.executable, "-m", "shmvec", "bench", "--help"], capture_output=True, text=True, timeout=60
+    ).stdout.replace("\r", "")

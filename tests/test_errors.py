@@ -47,7 +47,9 @@ def test_unpicklable_factory_message(no_leaks):
         assert not lock.locked()  # the closure captures a lock, which cannot be pickled
         return IMAGE()
 
-    with pytest.raises(TypeError, match="factory of env 1 cannot be pickled.*'spawn'.*start_method='fork'"):
+    with pytest.raises(
+        TypeError, match=r"^make the factory of env 1 picklable.*start_method='fork'.*'spawn'"
+    ):
         ShmVecEnv([IMAGE, make], "spawn")
 
 

@@ -71,9 +71,9 @@ def test_crash_in_step_raises(no_leaks, fault):
     else:
         assert err.remote_traceback == ""
     assert env.closed
-    with pytest.raises(ClosedError):
-        env.step(ACTIONS)
     env.close()
+    with pytest.raises(ClosedError, match="closed by a failure: a worker died or hung"):
+        env.step(ACTIONS)
 
 
 def test_exception_in_step_raises_env_error(no_leaks):

@@ -32,7 +32,7 @@ def test_close_is_idempotent_and_final(no_leaks):
     env.close()
     env.close()
     assert env.closed
-    with pytest.raises(ClosedError):
+    with pytest.raises(ClosedError, match=r"is closed: close\(\) was called on it"):
         env.step(ACTIONS)
 
 

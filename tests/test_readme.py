@@ -1,4 +1,5 @@
-"""The README's commands stay true: CI runs the README's test command verbatim."""
+"""The README's set-up stays true: two commands, each in a fresh venv of its own, one runs
+``shmvec bench`` and one the tests; CI runs the test command verbatim."""
 
 from __future__ import annotations
 
@@ -9,19 +10,30 @@ import sys
 from tests.helpers import ROOT
 
 
-def _readme_commands() -> list[str]:
+def _setup_commands() -> list[str]:
+    """The README's bash blocks that make a venv, as written (continuation lines included)."""
     blocks = re.findall(r"```bash\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
-    return [line.strip() for block in blocks for line in block.splitlines() if "venv" in line]
+    return [b.strip() for b in blocks if "python3 -m venv" in b]
+
+
+def _joined(command: str) -> str:
+    return re.sub(r"\s*\\\n\s*", " ", command)
+
+
+def test_two_setup_commands_in_two_venvs():
+    commands = _setup_commands()
+    assert len(commands) == 2, commands
+    venvs = [re.search(r"python3 -m venv (\S+)", c).group(1) for c in commands]
+    assert len(set(venvs)) == 2, f"both commands make {venvs[0]}: the second would not start fresh"
 
 
 def test_ci_runs_the_readme_test_command():
-    commands = _readme_commands()
-    test_command = next(c for c in commands if c.endswith("python -m pytest"))
-    assert test_command in (ROOT / ".ci" / "run").read_text().splitlines()
+    test_command = next(c for c in _setup_commands() if _joined(c).endswith("python -m pytest"))
+    assert test_command in (ROOT / ".ci" / "run").read_text()
 
 
 def test_main_job_command_is_the_bench():
-    assert any(c.endswith("shmvec bench") for c in _readme_commands())
+    assert any(_joined(c).endswith("shmvec bench") for c in _setup_commands())
 
 
 def test_python_m_shmvec_help():

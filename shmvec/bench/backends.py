@@ -98,38 +98,38 @@ def _envpool(env_fns: list[Callable[[], gym.Env]], n_workers: int | None, start_
     return make_envpool(env_fns)
 
 
-_BUILDERS: dict[str, Builder] = {
-    "dummy": _dummy,
-    "subproc": _subproc,
-    "shm": _shm,
-    "async": _async,
-    "sync": _sync,
-    "shm-vector": _shm_vector,
-    "envpool": _envpool,
-    "shm-auto": _shm_auto,
-    "shm-pin": _shm_pin,
-    "shm-pool": _shm_pool,
-}
+_BUILDERS: dict[str, Builder] = {}
+_DESCRIPTIONS: dict[str, str] = {}
 # Backends that step a batch of batch_size < n_envs envs per batch step (their builders take it).
 _TAKES_BATCH: set[str] = {"shm-pool"}
 # Backends whose worker count can be chosen (the others have one worker per env, or none).
-_TAKES_WORKERS: set[str] = {"shm", "shm-vector", "shm-pin"}
+_TAKES_WORKERS: set[str] = set()
 
 
-def register_backend(name: str, builder: Builder, takes_workers: bool = False) -> None:
-    """Make ``name`` available to :func:`make_vec_env`, the runner and ``shmvec bench --backends``.
+def register_backend(name: str, builder: Builder, takes_workers: bool = False, description: str = "") -> None:
+    """Make ``name`` available to :func:`make_vec_env`, the runner and ``shmvec bench --backends``
+    (whose ``--help`` lists it with ``description``).
 
-    This is where ``shm`` with a codec plugs in once ShmVecEnv accepts one, e.g.
+    This is where ``shm`` with a codec plugs in, e.g.
     ``register_backend("shm-lz4", lambda fns, w, sm: ShmVecEnv(fns, sm, n_workers=w, codec="lz4"),
-    takes_workers=True)``.
+    takes_workers=True, description="ShmVecEnv(codec='lz4')")``.
 
     :param builder: ``builder(env_fns, n_workers, start_method)`` returning a VecEnv-like object with a
         ``processes`` list (see :class:`BenchVecEnv`); ``n_workers`` is None for the default.
     :param takes_workers: whether ``--n-workers`` candidates apply to this backend.
+    :param description: what it is, in a few words (default: none).
     """
     _BUILDERS[name] = builder
+    _DESCRIPTIONS[name] = description
     if takes_workers:
         _TAKES_WORKERS.add(name)
+
+
+def describe_backends() -> str:
+    """One line per registered backend, ``name: description``: what ``shmvec bench --help`` and the
+    benchmarks page list (``tests/test_docs.py`` keeps the page equal to it)."""
+    width = max(map(len, _BUILDERS))
+    return "".join(f"  {name:<{width}}  {_DESCRIPTIONS[name]}\n" for name in _BUILDERS)
 
 
 def backend_names() -> tuple[str, ...]:
@@ -179,6 +179,21 @@ def make_vec_env(
     return _BUILDERS[backend](list(env_fns), n_workers, method)
 
 
+for _name, _builder, _workers, _text in (
+    ("dummy", _dummy, False, "SB3 DummyVecEnv: every env in this process, one after another"),
+    ("subproc", _subproc, False, "SB3 SubprocVecEnv: one process per env, observations pickled"),
+    ("shm", _shm, True, "ShmVecEnv: a few worker processes, observations in shared memory"),
+    ("async", _async, False, "gymnasium AsyncVectorEnv(shared_memory=True): one process per env"),
+    ("sync", _sync, False, "gymnasium SyncVectorEnv: every env in this process"),
+    ("shm-vector", _shm_vector, True, "ShmVectorEnv: shmvec's Gymnasium face"),
+    ("envpool", _envpool, False, "EnvPool's C++ Atari envs (ALE ids only; the envpool extra)"),
+    ("shm-auto", _shm_auto, False, "ShmVecEnv(n_workers='auto'): workers for envs that wait"),
+    ("shm-pin", _shm_pin, True, "ShmVecEnv(worker_cpus='auto'): each worker pinned to one CPU"),
+    ("shm-pool", _shm_pool, False, "ShmVectorEnv pool mode: send/recv, --batch-size envs a batch"),
+):
+    register_backend(_name, _builder, _workers, _text)
+
+
 # Ray (imported only when chosen): shmvec's Ray backend, and the naive one-actor-per-env VecEnv it is
 # compared with (shmvec.bench.naive_ray). Both use the running Ray connection, else start one.
 def _ray(env_fns: list[Callable[[], gym.Env]], n_workers: int | None, start_method: str) -> Any:
@@ -193,5 +208,5 @@ def _ray_naive(env_fns: list[Callable[[], gym.Env]], n_workers: int | None, star
     return NaiveRayVecEnv(env_fns)
 
 
-register_backend("ray", _ray, takes_workers=True)
-register_backend("ray-naive", _ray_naive)
+register_backend("ray", _ray, True, "ShmVecEnv(backend='ray'): workers as Ray actors (the ray extra)")
+register_backend("ray-naive", _ray_naive, False, "one Ray actor per env, observations through Ray")

@@ -33,6 +33,7 @@ import numpy as np
 
 from shmvec.bench.adapters import GymVectorAdapter
 from shmvec.bench.envs import _make_registered
+from shmvec.errors import install_hint
 
 # ALE v5 ids (ALE/Pong-v5) and the classic v4 ones (PongNoFrameskip-v4, Pong-v4).
 _ALE_ID = re.compile(r"^(?:ALE/)?(?P<game>[A-Za-z]+?)(?P<noskip>NoFrameskip)?-v(?P<version>[045])$")
@@ -140,5 +141,5 @@ def make_envpool(env_fns: list[Callable[[], gym.Env]]) -> EnvPoolAdapter:
     try:
         import envpool  # noqa: F401
     except ImportError:
-        raise ValueError("the envpool backend needs EnvPool: pip install 'shmvec[envpool]'") from None
+        raise ValueError(f"the envpool backend needs EnvPool: {install_hint('envpool')}") from None
     return EnvPoolAdapter(task, settings, len(env_fns))

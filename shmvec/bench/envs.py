@@ -14,9 +14,13 @@ from typing import Any
 
 import gymnasium as gym
 
+from shmvec.worker.process import quiet_ale_banner
+
 
 def _make_registered(env_id: str, kwargs: dict[str, Any]) -> gym.Env:
-    if env_id.startswith("ALE/"):
+    if env_id.startswith("ALE/") or "NoFrameskip" in env_id:
+        # Every backend's processes build envs here, SubprocVecEnv's too: quiet ALE's banner in all.
+        quiet_ale_banner()
         import ale_py
 
         gym.register_envs(ale_py)

@@ -2,7 +2,8 @@
 faster configuration is never judged on steps/s alone.
 
 Per backend and seed: wall-clock time, the seconds of it spent in the VecEnv's ``step`` (all env work,
-IPC included), the mean return of the last (up to 100) finished episodes, and a hash of the learned
+IPC included), the mean return of the last (up to 100) finished episodes, every finished episode with
+when it finished (for learning curves: :mod:`shmvec.bench.curves`), and a hash of the learned
 parameters. From DummyVecEnv's runs the table also gives the best wall time any multi-process VecEnv
 could reach on this machine (:func:`best_case`), the yardstick for how much of the remaining time a
 faster VecEnv could still take away. Backends that must be equivalent (DummyVecEnv and ShmVecEnv, both
@@ -18,10 +19,12 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
 
+from shmvec.bench import curves
 from shmvec.bench.backends import check_backend, make_vec_env
 from shmvec.bench.envs import check_env_name, env_factory
 from shmvec.bench.policy import algo_class, parse_policy
@@ -44,6 +47,8 @@ class TrainRun:
     mean_return: float | None  # None: no episode finished
     episodes: int
     params_sha256: str
+    # (seconds since the VecEnv was built, env steps, return) per finished episode
+    curve: list[curves.Episode] = field(default_factory=list)
 
 
 @dataclass
@@ -57,6 +62,7 @@ class TrainResult:
     seeds: list[int]
     runs: list[TrainRun] = field(default_factory=list)
     cpus: int = field(default_factory=usable_cpus)
+    threshold: float | None = None  # a return: the table says when each backend's seeds reached it
 
     def by_backend(self) -> dict[str, list[TrainRun]]:
         """The runs grouped by backend, in the order they ran."""
@@ -80,6 +86,13 @@ class TrainResult:
             for b, same in self.identical_to().items()
             if b in EQUIVALENT and not all(same)
         ]
+
+    def plot(self, path: Path) -> None:
+        """Write the learning curves (mean return over the seeds, with their range, against
+        wall-clock seconds and against env steps) to the PNG ``path``."""
+        runs = {b: [r.curve for r in rs] for b, rs in self.by_backend().items()}
+        title = f"{self.policy} on {self.env}, {self.n_envs} envs, {self.cpus} CPUs"
+        curves.plot(runs, path, title, self.threshold)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable: every run, which backends learned DummyVecEnv's parameters, problems."""
@@ -121,6 +134,10 @@ class TrainResult:
                 f"{best_case(wall, step, self.cpus):.2f}x dummy's wall time (dummy's time in step spread "
                 "over the CPUs at no cost, the rest unchanged)"
             )
+        if self.threshold is not None:
+            for b, runs in self.by_backend().items():
+                reached = curves.reached([r.curve for r in runs], self.threshold)
+                lines.append(f"{b}: mean return >= {self.threshold:g} after {reached.describe()}")
         lines += [f"PROBLEM: {p}" for p in self.problems()]
         return "\n".join(lines) + "\n"
 
@@ -209,6 +226,37 @@ def check_train_args(
     return parsed
 
 
+def train_one(
+    env_fn: Callable[[], gym.Env],
+    backend: str,
+    algo: str,
+    policy: str,
+    n_envs: int,
+    total_steps: int,
+    seed: int,
+    algo_kwargs: dict[str, Any],
+    start_method: str | None = None,
+) -> tuple[TrainRun, Any]:
+    """Train once: ``n_envs`` Monitor-wrapped envs from ``env_fn`` in ``backend``; the run and the
+    model. Wall-clock time and the episodes' times count from just before the VecEnv is built."""
+    fn = functools.partial(_monitored, env_fn)
+    start = time.perf_counter()
+    episodes: list[curves.Episode] = []
+    venv = make_vec_env(backend, [fn] * n_envs, None, start_method)
+    try:
+        venv.seed(seed)
+        model = algo_class(algo)(policy, venv, seed=seed, device="cpu", **algo_kwargs)
+        steps = Stopwatch(model.get_env(), "step")
+        model.learn(total_steps, callback=curves.sb3_recorder(episodes, start))
+        wall = time.perf_counter() - start
+    finally:
+        venv.close()
+    rets = [ep["r"] for ep in model.ep_info_buffer or []]
+    mean = statistics.fmean(rets) if rets else None
+    run = TrainRun(backend, seed, wall, steps.seconds, mean, len(rets), _params_hash(model), episodes)
+    return run, model
+
+
 def train(
     env: str,
     backends: Sequence[str] = ("dummy", "subproc", "shm"),
@@ -219,38 +267,22 @@ def train(
     start_method: str | None = None,
     progress: Callable[[str], None] | None = None,
     env_kwargs: dict[str, Any] | None = None,
+    threshold: float | None = None,
 ) -> TrainResult:
     """Train ``policy`` for ``total_steps`` env steps with each backend and seed (interleaved).
 
+    :param threshold: a return; the table then says when each backend's seeds reached it (default
+        None: not asked).
     :raises ValueError: for a bad env, backend, policy or count.
     """
     algo, policy_name = check_train_args(env, backends, policy, n_envs, total_steps, seeds, env_kwargs)
-    fn = functools.partial(_monitored, env_factory(env, **(env_kwargs or {})))
-    result = TrainResult(env, policy, n_envs, total_steps, list(seeds))
+    fn = env_factory(env, **(env_kwargs or {}))
+    result = TrainResult(env, policy, n_envs, total_steps, list(seeds), threshold=threshold)
     kwargs = _algo_kwargs(algo, n_envs, total_steps)
     for seed in seeds:
         for b in backends:
-            venv = make_vec_env(b, [fn] * n_envs, None, start_method)
-            try:
-                venv.seed(seed)
-                start = time.perf_counter()
-                model = algo_class(algo)(policy_name, venv, seed=seed, device="cpu", **kwargs)
-                steps = Stopwatch(model.get_env(), "step")
-                model.learn(total_steps)
-                wall = time.perf_counter() - start
-            finally:
-                venv.close()
-            rets = [ep["r"] for ep in model.ep_info_buffer or []]
-            run = TrainRun(
-                b,
-                seed,
-                wall,
-                steps.seconds,
-                statistics.fmean(rets) if rets else None,
-                len(rets),
-                _params_hash(model),
-            )
+            run, _ = train_one(fn, b, algo, policy_name, n_envs, total_steps, seed, kwargs, start_method)
             result.runs.append(run)
             if progress:
-                progress(f"seed {seed} {b}: {wall:.1f} s, mean return {run.mean_return}")
+                progress(f"seed {seed} {b}: {run.wall_s:.1f} s, mean return {run.mean_return}")
     return result

@@ -81,8 +81,10 @@ def get(name: str, **params: Any) -> Codec:
     if name not in _BUILTIN and name not in _USER:
         raise ValueError(f"unknown codec {name!r}; available: {', '.join(available())}")
     if not _installed(name):
+        # shmvec.errors.install_hint's words: the codecs import nothing else of shmvec.
         raise ValueError(
-            f"codec {name!r} needs a library that is not installed: pip install 'shmvec[codecs]'"
+            f'codec {name!r} needs a library that is not installed: pip install "shmvec[codecs]" '
+            '(in a clone: pip install -e ".[codecs]")'
         )
     return _load(name)(**params)
 

@@ -62,6 +62,7 @@ class Engine:
         info_form: str = "dicts",
     ) -> None:
         self.closed = True  # until start-up succeeds, close() has nothing of ours to do
+        self.closed_by_close = False  # close() was called while open (else a failure closed it)
         self._openmp: PolicyThreads | None = None
         self.owner, self.options = owner, options
         self.num_envs = n_envs
@@ -120,12 +121,16 @@ class Engine:
         if self._finalizer.detach() is not None:
             self.transport.close(graceful)
 
-    close = give_up
+    def close(self) -> None:
+        """The user's ``close()``: :meth:`give_up`, remembered so a later :class:`ClosedError` says so."""
+        if not self.closed:
+            self.closed_by_close = True
+        self.give_up()
 
     def check_open(self) -> None:
         """:raises ClosedError: once the engine is closed."""
         if self.closed:
-            raise ClosedError(f"this {self.owner} is closed (close() was called, or a worker crashed)")
+            raise ClosedError.because(self.owner, self.closed_by_close)
 
     @property
     def waiting(self) -> bool:

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 import cloudpickle
 
+from shmvec.errors import unpicklable_factory
 from shmvec.wire.messages import Command, RemoteError, Reply
 
 
@@ -115,8 +116,4 @@ def pickle_factories(
                 exc = fn_exc
                 first += i
                 break
-        raise TypeError(
-            f"the factory of env {first} cannot be pickled, which {needed_by} needs "
-            f"({type(exc).__name__}: {exc}). Make it a module-level function or a functools.partial of "
-            f"picklable arguments{f', or {way_out}' if way_out else ''}."
-        ) from exc
+        raise unpicklable_factory(first, needed_by, way_out, exc) from None

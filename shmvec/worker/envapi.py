@@ -12,13 +12,16 @@ from typing import Any
 
 import gymnasium as gym
 
+from shmvec.atari import check_frame_skip
 from shmvec.wire import messages as m
 
 
 def make_env(env_fn: Callable[[], Any]) -> gym.Env:
-    """Call a factory and check it returned an env, converting old ``gym`` envs like SB3 does."""
+    """Call a factory and check it returned an env, converting old ``gym`` envs like SB3 does; warn
+    about an Atari env whose actions last 16 frames (:func:`shmvec.atari.check_frame_skip`)."""
     env = env_fn()
     if isinstance(env, gym.Env):
+        check_frame_skip(env)
         return env
     if type(env).__module__.split(".")[0] == "gym":
         # Old gym API: SB3's shim (needs shimmy). Imported only here because it loads torch.

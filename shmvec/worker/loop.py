@@ -22,7 +22,13 @@ from shmvec.wire import framing
 from shmvec.wire import messages as m
 from shmvec.worker.envapi import unpicklable
 from shmvec.worker.envs import EnvGroup, answer, handlers, start_group
-from shmvec.worker.process import enable_faulthandler, exit_with_parent, limit_threads, pin_to_cpu
+from shmvec.worker.process import (
+    enable_faulthandler,
+    exit_with_parent,
+    limit_threads,
+    pin_to_cpu,
+    quiet_ale_banner,
+)
 from shmvec.worker.waiting import CommandWait
 
 
@@ -53,6 +59,7 @@ def worker_main(
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     enable_faulthandler(fault_log)
     exit_with_parent()
+    quiet_ale_banner()
     pin_to_cpu(cpu)
     limit_threads(n_threads)
     pid = os.getpid()

@@ -1,5 +1,5 @@
 """What a worker process sets up about itself: thread pools, exit with its parent, a fault log,
-and (optionally) one process-global RNG state per env.
+ALE's banner kept quiet, and (optionally) one process-global RNG state per env.
 
 Imported by every worker first thing: it must stay light (numpy and the standard library).
 """
@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import ctypes
 import faulthandler
+import importlib.abc
+import importlib.machinery
 import os
 import random
 import signal
@@ -139,6 +141,53 @@ def enable_faulthandler(path: str | None) -> None:
             faulthandler.enable()
     except Exception:
         pass
+
+
+# Set to 1 to let every worker print ALE's start-up banner, as a process of its own would.
+ALE_BANNER_VAR = "SHMVEC_ALE_BANNER"
+
+
+def quiet_ale_banner() -> None:
+    """Keep ale-py from printing its two-line banner (``A.L.E: Arcade Learning Environment`` /
+    ``[Powered by Stella]``) in this worker: one pair per worker buried ``shmvec bench``'s output.
+    Errors from ALE still print. ``SHMVEC_ALE_BANNER=1`` in the environment keeps the banner.
+
+    ale-py is not imported for it: if it is loaded already (fork) its logger is set now, else when
+    an env first imports it, so a worker whose envs are not ALE games pays nothing.
+    """
+    if os.environ.get(ALE_BANNER_VAR) == "1":
+        return
+    if "ale_py" in sys.modules:
+        _quiet(sys.modules["ale_py"])
+    elif not any(isinstance(f, _QuietAleFinder) for f in sys.meta_path):
+        sys.meta_path.insert(0, _QuietAleFinder())
+
+
+def _quiet(ale_py: Any) -> None:
+    try:
+        ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)
+    except Exception:  # an ale-py without the switch: the banner stays
+        pass
+
+
+class _QuietAleFinder(importlib.abc.MetaPathFinder):
+    """Finds ``ale_py`` as the other finders would, and quiets it right after it is imported."""
+
+    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
+        if name != "ale_py":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is None or spec.loader is None:
+            return spec
+        load = spec.loader.exec_module
+
+        def exec_module(module: Any) -> None:
+            load(module)
+            _quiet(module)
+
+        spec.loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
 
 
 @contextmanager

@@ -30,11 +30,13 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 from typing import Any
 
+from shmvec.errors import install_hint
+
 try:
     import ray
     from ray.exceptions import RayError
 except ImportError as exc:  # pragma: no cover - depends on what is installed
-    raise ImportError(f'backend="ray" needs Ray: pip install "shmvec[ray]" ({exc})') from None
+    raise ImportError(f'backend="ray" needs Ray: {install_hint("ray")} ({exc})') from None
 
 from shmvec.errors import WorkerCrashedError
 from shmvec.failures import timeout_error, worker_label

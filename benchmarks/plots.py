@@ -1,0 +1,399 @@
+"""The docs' pictures, drawn from the committed results in benchmarks/results/ (nothing is measured).
+
+    python benchmarks/plots.py            # every figure into docs/img/
+    python benchmarks/plots.py home crossover --out /tmp/img
+
+One function per figure; each reads the JSON files named in its docstring. The pages show the
+command under each picture. To change a figure's numbers, re-run the benchmark that wrote its JSON
+(the page says which), then this script.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+sys.path.insert(0, str(ROOT / "benchmarks"))  # learning_curve, for its JSON's reading
+
+NAMES = {
+    "dummy": "DummyVecEnv",
+    "subproc": "SubprocVecEnv",
+    "shm": "ShmVecEnv",
+    "shm-vector": "ShmVectorEnv",
+    "async": "AsyncVectorEnv",
+    "sync": "SyncVectorEnv",
+    "envpool": "EnvPool",
+    "shm_wn": "ShmVecEnv, a worker per env",
+}
+SHM_COLOR, OTHER_COLOR = "tab:blue", "tab:gray"
+
+
+def _read(name: str) -> Any:
+    return json.loads((RESULTS / name).read_text())
+
+
+def _bench(name: str) -> Any:
+    from shmvec.bench.report import read_json
+
+    return read_json(RESULTS / name)
+
+
+def _bars(ax: Any, labels: list[str], values: list[float], low: list[float], high: list[float]) -> None:
+    """Horizontal bars with error bars; shmvec's own in blue."""
+    colors = [SHM_COLOR if label.startswith("Shm") else OTHER_COLOR for label in labels]
+    y = np.arange(len(labels))
+    err = [np.subtract(values, low), np.subtract(high, values)]
+    ax.barh(y, values, xerr=err, color=colors, capsize=3)
+    ax.set_yticks(y, labels)
+    ax.invert_yaxis()
+    ax.grid(axis="x", alpha=0.3)
+    for i, (v, top) in enumerate(zip(values, high)):
+        ax.text(top, i, f"  {v:,.0f}", va="center", ha="left", fontsize=8)
+    ax.set_xlim(0, max(high) * 1.3)
+
+
+def _save(fig: Any, out: Path, rect: tuple[float, ...] = (0, 0, 1, 1)) -> None:
+    fig.tight_layout(rect=rect)
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+
+
+def _steps_at(result: Any, n_envs: int) -> dict[str, Any]:
+    return {p.config.backend: p.steps_per_s for p in result.points if p.config.n_envs == n_envs}
+
+
+def _time_to_threshold() -> tuple[list[str], list[float], list[float], list[float], float]:
+    from learning_curve import LABELS, _runs
+
+    from shmvec.bench import curves
+
+    result = _read("learning_curve.json")
+    labels, med, low, high = [], [], [], []
+    for config, runs in _runs(result).items():
+        seconds = curves.reached(runs, result["threshold"]).seconds
+        labels.append(LABELS[config].replace("SB3 PPO, ", "").replace("CleanRL PPO, ", "CleanRL, "))
+        med.append(statistics.median(seconds))
+        low.append(min(seconds))
+        high.append(max(seconds))
+    return labels, med, low, high, result["threshold"]
+
+
+def home(out: Path) -> None:
+    """Home page and README: env steps/s on Pong against SB3's VecEnvs (``pong.json``) and EnvPool
+    (``peers_pong8.json``), and the time PPO took to learn a pixel task (``learning_curve.json``)."""
+    fig, axes = plt.subplots(1, 3, figsize=(12, 2.9))
+    pong = _steps_at(_bench("pong.json"), 8)
+    keys = ["dummy", "subproc", "shm"]
+    _bars(
+        axes[0],
+        [NAMES[k] for k in keys],
+        *zip(*[(pong[k].median, pong[k].ci_low, pong[k].ci_high) for k in keys]),
+    )
+    axes[0].set_title("Pong, 8 envs: env steps/s", fontsize=10)
+    peers = _steps_at(_bench("peers_pong8.json"), 8)
+    keys = ["envpool", "async", "sync", "shm-vector"]
+    _bars(
+        axes[1],
+        [NAMES[k] for k in keys],
+        *zip(*[(peers[k].median, peers[k].ci_low, peers[k].ci_high) for k in keys]),
+    )
+    axes[1].set_title("Pong, 8 envs, Gymnasium API: env steps/s", fontsize=10)
+    labels, med, low, high, threshold = _time_to_threshold()
+    _bars(axes[2], labels, med, low, high)
+    axes[2].set_title(f"PPO on MiniGrid pixels: seconds to return {threshold:g}", fontsize=10)
+    for ax in axes:
+        ax.tick_params(labelsize=8)
+    fig.text(
+        0.5,
+        0.01,
+        "2 CPU cores; bars: median, whiskers: 95% CI (steps/s) or range over 5 seeds (seconds)",
+        ha="center",
+        fontsize=8,
+        color="dimgray",
+    )
+    _save(fig, out, rect=(0, 0.05, 1, 1))
+
+
+# Configurations of benchmarks/policy_loop.py, by what they are (its short names are its own).
+POLICY_LOOP = {
+    "dummy": "DummyVecEnv",
+    "subproc": "SubprocVecEnv",
+    "shm": "ShmVecEnv",
+    "shm-stack": "ShmVecEnv(frame_stack=4)",
+    "shm-pin": "ShmVecEnv(frame_stack=4, pinned)",
+    "shm-sleep": "ShmVecEnv(frame_stack=4, worker_spin_us=0)",
+    "shm-spin": "ShmVecEnv(pause_openmp=False)",
+    "shm-late": "ShmVecEnv, OpenMP restarted late",
+}
+
+
+def policy_loop(out: Path) -> None:
+    """Training: the policy in the loop. SB3's Atari recipe with PPO's forward pass, 8 envs
+    (``policy_loop.json``): env steps/s per configuration, and the ideal multi-process VecEnv."""
+    from shmvec.bench.stats import summarize
+    from shmvec.bench.train import best_case
+
+    result = _read("policy_loop.json")
+    rounds = result["rounds"]
+    keys = [k for k in POLICY_LOOP if k in rounds]
+    stats = [summarize([r["steps_per_s"] for r in rounds[k]]) for k in keys]
+    fig, ax = plt.subplots(figsize=(8, 3.6))
+    _bars(
+        ax,
+        [POLICY_LOOP[k] for k in keys],
+        [s.median for s in stats],
+        [s.ci_low for s in stats],
+        [s.ci_high for s in stats],
+    )
+    policy, env = (float(np.median([x[k] for x in rounds["dummy"]])) for k in ("policy_ms", "env_ms"))
+    ideal = stats[0].median / best_case(policy + env, env, result["cpus"])
+    ax.axvline(ideal, color="black", linestyle="--", linewidth=1)
+    ax.text(ideal, -0.6, "ideal multi-process VecEnv ", fontsize=8, va="bottom", ha="right")
+    ax.set_xlabel(f"env steps/s, median and 95% CI of {result['spec']['rounds']} rounds")
+    ax.set_title("PPO's forward pass + step, SB3's Atari recipe (Pong), 8 envs, 2 CPUs", fontsize=10)
+    _save(fig, out)
+
+
+def crossover(out: Path) -> None:
+    """Choosing a VecEnv: DummyVecEnv and ShmVecEnv against the env's CPU work per step
+    (``crossover/work_*.json``)."""
+    points = []
+    for path in sorted((RESULTS / "crossover").glob("work_*us.json"), key=lambda p: int(p.stem[5:-2])):
+        steps = _steps_at(_bench(f"crossover/{path.name}"), 8)
+        points.append((int(path.stem[5:-2]), steps["dummy"], steps["shm"]))
+    fig, ax = plt.subplots(figsize=(7, 3.4))
+    work = [p[0] for p in points]
+    for i, name in ((1, "dummy"), (2, "shm")):
+        s = [p[i] for p in points]
+        ax.plot(work, [v.median for v in s], marker="o", label=NAMES[name])
+        ax.fill_between(work, [v.ci_low for v in s], [v.ci_high for v in s], alpha=0.2)
+    ax.set_yscale("log")
+    ax.set_xlabel("CPU work per env step, µs (on top of the env's own ~15-20 µs)")
+    ax.set_ylabel("env steps/s (median, 95% CI)")
+    ax.set_title("Synthetic 84x84x4 frames, 8 envs, 2 CPUs: where the crossover is", fontsize=10)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8)
+    _save(fig, out)
+
+
+SCALE = {
+    "pong_raw": "Pong raw frames",
+    "synth512x512x3_1ms": "512x512x3, 1 ms a step",
+    "synth84x84x4_0ms": "84x84x4, no work",
+    "io_20_200ms": "waiting 20-200 ms a step",
+}
+
+
+def scale(out: Path) -> None:
+    """Benchmarks: env steps/s against n_envs for four workloads of the matrix (``matrix.json``)."""
+    cases = _read("matrix.json")["cases"]
+    fig, axes = plt.subplots(1, len(SCALE), figsize=(12, 3))
+    for ax, (workload, title) in zip(axes, SCALE.items()):
+        for backend in ("dummy", "subproc", "async", "shm", "shm_wn"):
+            rows = sorted(
+                (c for c in cases if c["workload"] == workload and c["backend"] == backend),
+                key=lambda c: c["n_envs"],
+            )
+            if rows:
+                style = "-" if backend.startswith("shm") else "--"
+                ax.plot(
+                    [c["n_envs"] for c in rows],
+                    [c["steps_per_s"] for c in rows],
+                    style,
+                    marker="o",
+                    markersize=3,
+                    label=NAMES[backend],
+                )
+        ax.set_xscale("log", base=2)
+        ax.set_title(title, fontsize=9)
+        ax.set_xlabel("n_envs", fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("env steps/s (median)", fontsize=8)
+    axes[-1].legend(fontsize=7)
+    _save(fig, out)
+
+
+def ray_wire(out: Path) -> None:
+    """Workers on a Ray cluster: bytes per observation on the wire by codec, and env steps/s of the
+    local and Ray backends (``ray_backend.json``)."""
+    result = _read("ray_backend.json")
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 3.2))
+    games = list(result["wire"])
+    codecs = list(result["wire"][games[0]])
+    width = 0.8 / len(games)
+    for i, game in enumerate(games):
+        left.bar(
+            np.arange(len(codecs)) + i * width, [result["wire"][game][c] for c in codecs], width, label=game
+        )
+    left.set_yscale("log")
+    left.set_xticks(np.arange(len(codecs)) + width * (len(games) - 1) / 2, codecs)
+    left.set_ylabel("bytes per Atari frame")
+    left.set_title("What crosses the network per frame", fontsize=10)
+    left.legend(fontsize=8)
+    left.grid(axis="y", alpha=0.3)
+    runs = result["runs"]
+    labels = {
+        "local": "ShmVecEnv, local",
+        "ray": "ShmVecEnv, Ray + delta",
+        "ray-raw": "ShmVecEnv, Ray raw",
+        "naive": "an actor per env",
+    }
+    keys = [k for k in labels if k in runs]
+    rates = [[r[1] for r in runs[k]] for k in keys]
+    _bars(
+        right,
+        [labels[k] for k in keys],
+        [statistics.median(r) for r in rates],
+        [min(r) for r in rates],
+        [max(r) for r in rates],
+    )
+    right.set_title(
+        f"Pong, {result['n_envs']} envs, one machine: env steps/s (range over rounds)", fontsize=10
+    )
+    _save(fig, out)
+
+
+def ppo_zoo(out: Path) -> None:
+    """Training: where a whole PPO run's time goes, per VecEnv (``ppo_zoo.json``): rollouts
+    (forward passes and env steps) and updates."""
+    result = _read("ppo_zoo.json")
+    rounds = result["rounds"]
+    keys = [k for k in POLICY_LOOP if k in rounds]
+    rollout = [statistics.median(r["rollout_s"] for r in rounds[k]) for k in keys]
+    train = [statistics.median(r["train_s"] for r in rounds[k]) for k in keys]
+    fig, ax = plt.subplots(figsize=(8, 3.2))
+    y = np.arange(len(keys))
+    ax.barh(y, rollout, color=SHM_COLOR, label="rollouts (policy + env steps)")
+    ax.barh(y, train, left=rollout, color=OTHER_COLOR, label="PPO updates")
+    ax.set_yticks(y, [POLICY_LOOP[k] for k in keys])
+    ax.invert_yaxis()
+    ax.set_xlabel(f"seconds, median of {len(rounds[keys[0]])} runs")
+    ax.set_title(
+        f"PPO, rl-zoo3 Atari settings, {result['spec']['steps']:,} env steps, 8 envs, 2 CPUs", fontsize=10
+    )
+    ax.legend(fontsize=8, loc="lower right")
+    ax.grid(axis="x", alpha=0.3)
+    _save(fig, out)
+
+
+def pool(out: Path) -> None:
+    """Gymnasium users, pool mode: env steps/s of the policy loop, sync against pool mode, per round
+    (the quiet-machine run at the top of ``pool_loop.md``, the output of ``benchmarks/pool_loop.py``)."""
+    import re
+
+    text = (RESULTS / "pool_loop.md").read_text()
+    first_run = text[: text.index("\n## ", text.index("## Quiet machine") + 3)]
+    rounds = re.findall(r"^round \d+: (.*)$", first_run, re.M)
+    rates: dict[str, list[float]] = {}
+    for line in rounds:
+        for name, value in re.findall(r"([\w-]+) (\d+) steps/s", line):
+            rates.setdefault(name, []).append(float(value))
+    labels = {
+        "sync": "ShmVectorEnv, 8 envs, step()",
+        "pool-first": "ShmVectorEnv pool: 16 envs, recv() 8",
+        "pool-det": "ShmVectorEnv pool, fixed order",
+    }
+    fig, ax = plt.subplots(figsize=(8, 2.6))
+    _bars(
+        ax,
+        [labels[k] for k in rates],
+        [statistics.median(v) for v in rates.values()],
+        [min(v) for v in rates.values()],
+        [max(v) for v in rates.values()],
+    )
+    ax.set_xlabel(f"env steps/s with PPO's forward pass, median and range of {len(rounds)} rounds")
+    ax.set_title("Pong, CleanRL-style loop, 2 CPUs: the policy works while other envs step", fontsize=10)
+    _save(fig, out)
+
+
+def codecs(out: Path) -> None:
+    """Codecs and fidelity: size against fidelity for each codec on Atari frames, and its cost
+    (``codecs_breakout.json``, written by ``shmvec codecs --json``)."""
+    result = _read("codecs_breakout.json")
+    fig, ax = plt.subplots(figsize=(8, 3.6))
+    exact_db = 1 + max((r["psnr_db"] for r in result["reports"] if not r["bit_exact"]), default=50)
+    exact = sorted((r for r in result["reports"] if r["bit_exact"]), key=lambda r: r["compression_ratio"])
+    for r in exact:  # all on one line: their names slanted above it
+        size = 20 + 4 * np.sqrt(r["us_per_frame"])
+        ax.scatter(r["compression_ratio"], exact_db, s=size, color=SHM_COLOR, alpha=0.7)
+        name = r["codec"] + (f" {r['params']['backend']}" if r["codec"] == "delta" else "")
+        ax.annotate(
+            name,
+            (r["compression_ratio"], exact_db),
+            fontsize=7,
+            xytext=(0, 6),
+            textcoords="offset points",
+            rotation=35,
+        )
+    for r in (r for r in result["reports"] if not r["bit_exact"]):
+        label = r["codec"] + "".join(f" {k}={v}" for k, v in r["params"].items())
+        size = 20 + 4 * np.sqrt(r["us_per_frame"])
+        ax.scatter(r["compression_ratio"], r["psnr_db"], s=size, color=OTHER_COLOR, alpha=0.7)
+        ax.annotate(
+            label,
+            (r["compression_ratio"], r["psnr_db"]),
+            fontsize=7,
+            xytext=(4, 3),
+            textcoords="offset points",
+        )
+    ax.set_ylim(top=exact_db + 5)
+    ax.axhline(exact_db, color=SHM_COLOR, linewidth=0.5, linestyle=":")
+    ax.text(0.01, exact_db + 1.2, "bit-exact (lossless)", fontsize=8, transform=ax.get_yaxis_transform())
+    ax.set_xscale("log")
+    ax.set_xlabel("compression ratio (raw bytes / encoded bytes), log scale")
+    ax.set_ylabel("PSNR, dB (higher: closer)")
+    shape = "x".join(map(str, result["frame_shape"]))
+    ax.set_title(
+        f"{result['env']}, {result['steps']} frames {shape}: marker area ~ µs per frame", fontsize=10
+    )
+    ax.grid(alpha=0.3, which="both")
+    _save(fig, out)
+
+
+FIGURES: dict[str, Callable[[Path], None]] = {
+    "home": home,
+    "policy_loop": policy_loop,
+    "ppo_zoo": ppo_zoo,
+    "crossover": crossover,
+    "scale": scale,
+    "ray_wire": ray_wire,
+    "pool": pool,
+    "codecs": codecs,
+}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
+    parser.add_argument(
+        "figures", nargs="*", help=f"figures to draw, from {', '.join(FIGURES)} (default all)"
+    )
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "img", help="folder of the PNGs")
+    args = parser.parse_args()
+    unknown = set(args.figures) - set(FIGURES)
+    if unknown:
+        parser.error(f"unknown figures {sorted(unknown)}; choose from {', '.join(FIGURES)}")
+    args.out.mkdir(parents=True, exist_ok=True)
+    for name in args.figures or FIGURES:
+        FIGURES[name](args.out / f"{name}.png")
+        print(args.out / f"{name}.png")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,106 @@
+"""Learning curves: the arithmetic of shmvec.bench.curves, the committed result and its table, the
+benchmark's smoke run, and ``shmvec bench --train --plot``."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import numpy as np
+import pytest
+
+from shmvec.bench import curves
+from tests.helpers import ROOT, require, run_python
+
+# (seconds, env steps, return): a run that learns, 10 episodes.
+RUN = [(float(i), 100 * i, r) for i, r in enumerate([0, 0, 0, 0, 0, 1, 1, 1, 1, 1], start=1)]
+
+
+def test_curve_is_the_mean_of_the_last_window_episodes_and_holds_after_the_run():
+    grid = np.array([0.5, 1.0, 5.0, 7.0, 10.0, 11.0])
+    got = curves.curve(RUN, 0, grid, window=4)
+    # Before 4 episodes: NaN; 7.0: episodes 4..7 -> returns 0, 0, 1, 1; 10.0 and after: the last 4.
+    np.testing.assert_array_equal(got, [np.nan, np.nan, 0.0, 0.5, 1.0, 1.0])
+    np.testing.assert_array_equal(curves.curve(RUN, 1, np.array([800.0]), window=4), [0.75])
+
+
+def test_time_to_a_threshold_and_its_spread_over_seeds():
+    assert curves.time_to(RUN, 0.5, window=4) == RUN[6]  # episodes 4..7: 0, 0, 1, 1
+    assert curves.time_to(RUN, 1.5, window=4) is None
+    slower = [(t + 2.0, s + 200, r) for t, s, r in RUN]
+    reached = curves.reached([RUN, slower, RUN[:5]], 0.5, window=4)
+    assert (reached.seconds, reached.steps, reached.missed) == ([7.0, 9.0], [700, 900], 1)
+    assert reached.describe() == "8.0 s (7.0-9.0), 800 env steps (700-900); 1 seeds did not reach it"
+
+
+def _learning_curve():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import learning_curve
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    return learning_curve
+
+
+def test_committed_table_is_rendered_from_the_committed_json():
+    result = json.loads((ROOT / "benchmarks" / "results" / "learning_curve.json").read_text())
+    table = (ROOT / "benchmarks" / "results" / "learning_curve.md").read_text()
+    assert _learning_curve().markdown(result) == table, (
+        "learning_curve.md is stale: python benchmarks/learning_curve.py --from-json "
+        "benchmarks/results/learning_curve.json --markdown benchmarks/results/learning_curve.md"
+    )
+    assert len(result["seeds"]) >= 3 and {r["config"] for r in result["runs"]} == set(
+        _learning_curve().CONFIGS
+    )
+    assert _learning_curve().problems(result) == []
+
+
+def test_the_docs_show_the_committed_figure_with_its_command():
+    page = (ROOT / "docs" / "learning-curve.md").read_text()
+    assert "![" in page and "(img/learning_curve.png)" in page
+    assert "python benchmarks/learning_curve.py --from-json benchmarks/results/learning_curve.json" in page
+    assert (ROOT / "docs" / "img" / "learning_curve.png").stat().st_size > 10_000
+
+
+@pytest.mark.slow
+def test_smoke_run_trains_every_configuration(tmp_path):
+    require("minigrid", "pip install minigrid")
+    out = tmp_path / "lc.json"
+    proc = run_python(
+        *(str(ROOT / "benchmarks" / "learning_curve.py"), "--smoke", "--json", str(out)),
+        *("--markdown", str(tmp_path / "lc.md"), "--plot", str(tmp_path / "lc.png")),
+        timeout=900,
+    )
+    # Exit 1 would say that ShmVecEnv's episodes differ from DummyVecEnv's for the same seed.
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(out.read_text())
+    runs = {r["config"]: r for r in result["runs"]}
+    assert set(runs) == {"dummy", "subproc", "shm", "cleanrl"}
+    assert all(r["episodes"] and r["wall_s"] > 0 for r in runs.values())
+    assert [e[1:] for e in runs["shm"]["episodes"]] == [e[1:] for e in runs["dummy"]["episodes"]]
+    assert runs["shm"]["params_sha256"] == runs["dummy"]["params_sha256"]
+    assert (tmp_path / "lc.png").stat().st_size > 10_000
+
+
+@pytest.mark.slow
+def test_bench_train_plots_the_learning_curves(tmp_path):
+    plot = tmp_path / "curves.png"
+    proc = run_python(
+        *("-m", "shmvec", "bench", "--train", "--env", "tests.envs:TinyImageEnv", "--backends", "dummy,shm"),
+        *(
+            "--n-envs",
+            "2",
+            "--train-steps",
+            "256",
+            "--seeds",
+            "0,1",
+            "--threshold",
+            "-1",
+            "--plot",
+            str(plot),
+        ),
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "dummy: mean return >= -1 after " in proc.stdout and "shm: mean return >= -1 after " in proc.stdout
+    assert plot.stat().st_size > 10_000
