@@ -191,7 +191,11 @@ class SpaceMismatchError(ValueError, RuntimeError):
 
 
 class UnsupportedSpaceError(TypeError):
-    """The observation space has a leaf that cannot live in a fixed-size shared-memory array."""
+    """The observation space has a leaf that cannot live in a fixed-size shared-memory array.
+
+    No longer raised for observation spaces: a leaf without a fixed size (Text, Sequence, Graph,
+    OneOf, custom spaces) now travels pickled in the workers' replies. Kept, as public API, for code
+    that catches it."""
 
 
 class SharedMemoryTooSmallError(ShmVecEnvError, MemoryError):

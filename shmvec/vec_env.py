@@ -37,7 +37,10 @@ class ShmVecEnv(VecEnv):
     and terminal observations into a shared-memory ring; only small control messages and non-empty
     info dicts cross the pipes. It returns exactly what ``DummyVecEnv`` returns for the same seeds and
     actions: observations in the space's dtype, float32 rewards, bool dones, fresh info dicts with
-    ``TimeLimit.truncated`` and ``terminal_observation``.
+    ``TimeLimit.truncated`` and ``terminal_observation``. A leaf without a fixed size (Text, Sequence,
+    Graph, OneOf, a custom space; at any Dict key or Tuple index) travels pickled in the worker's
+    reply and comes back as a 1-d numpy object array of the envs' values (DummyVecEnv cannot hold
+    such spaces; SubprocVecEnv's ``np.stack`` fails on most of them).
 
     :param env_fns: callables that each create one env (``gymnasium.Env``); lambdas and closures are
         fine (they are sent with cloudpickle).

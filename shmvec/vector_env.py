@@ -127,6 +127,8 @@ class ShmVectorEnv(PoolMethods, VectorEnv):
         self.single_action_space = engine.action_space
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
         self.action_space = batch_space(self.single_action_space, self.num_envs)
+        objects = engine.reader.objects
+        self._object_leaves = frozenset(() if objects is None else objects.index)
         try:
             metadata, self.render_mode = (self._call_first(name) for name in ("metadata", "render_mode"))
         except BaseException:
@@ -168,8 +170,14 @@ class ShmVectorEnv(PoolMethods, VectorEnv):
         assert self._engine is not None
         return self._engine
 
-    def _obs(self, arrays: list[np.ndarray]) -> Any:
+    def _obs(self, arrays: list[Any]) -> Any:
+        if self._object_leaves:
+            # As gymnasium.vector.utils.concatenate batches a space without a fixed size: a tuple.
+            arrays = [tuple(a) if j in self._object_leaves else a for j, a in enumerate(arrays)]
         return assemble(self.single_observation_space, arrays)
+
+    def _final_obs(self, leaves: list[Any]) -> Any:
+        return assemble(self.single_observation_space, leaves)
 
     def reset(
         self, *, seed: int | Sequence[int | None] | None = None, options: dict[str, Any] | None = None
@@ -256,7 +264,7 @@ class ShmVectorEnv(PoolMethods, VectorEnv):
             raise RuntimeError("step_wait() called without step_async()")
         batch = engine.recv(timeout)
         same_step = self.autoreset_mode is AutoresetMode.SAME_STEP
-        infos = batch_infos(self, batch, self._obs if same_step else None)
+        infos = batch_infos(self, batch, self._final_obs if same_step else None)
         return (
             self._obs(batch.obs),
             batch.rewards.copy(),

@@ -16,7 +16,6 @@ from shmvec import (
     ObservationError,
     SharedMemoryTooSmallError,
     ShmVecEnv,
-    UnsupportedSpaceError,
 )
 from shmvec.memory.ring import check_free_space
 from shmvec.synthetic import SyntheticImageEnv
@@ -108,16 +107,6 @@ def test_hung_env_times_out(no_leaks):
     with pytest.raises(EnvTimeoutError, match=r"did not answer step within 0.5 s"):
         env.step(np.zeros(2, np.int64))
     assert env.closed
-
-
-class _TextEnv(gym.Env):
-    observation_space = spaces.Dict({"text": spaces.Text(8)})
-    action_space = spaces.Discrete(2)
-
-
-def test_unsupported_space(no_leaks):
-    with pytest.raises(UnsupportedSpaceError, match="cannot place a Text observation space at key 'text'"):
-        ShmVecEnv([_TextEnv], "fork")
 
 
 def test_shm_too_small_is_refused_before_start(tmp_path):

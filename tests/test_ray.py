@@ -32,7 +32,9 @@ from shmvec.restart import RESTARTED_KEY  # noqa: E402
 from tests.conftest import shm_segments  # noqa: E402
 from tests.envs import DictImageEnv, SlowStepEnv, make_dict_env  # noqa: E402
 from tests.helpers import assert_obs_equal, assert_step_equal, sample_actions  # noqa: E402
+from tests.object_envs import make_object_env  # noqa: E402
 from tests.test_pool import FAULTY, check_trajectories, run_pool  # noqa: E402
+from tests.test_vector_env import SAME, run_both  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -129,6 +131,15 @@ def test_gymnasium_face_same_as_sync_vector_env(leaks):
     finally:
         venv.close()
         want.close()
+
+
+def test_text_in_dict_same_as_sync_vector_env(leaks):
+    """Object leaves (a Text at a Dict key, as MiniGrid's) travel in the pickled reply; final_obs too."""
+    fn = functools.partial(make_object_env, "text-in-dict")
+    assert run_both((fn, fn), SAME, n_envs=3, steps=30, backend="ray", start_method=None) == {
+        "terminated",
+        "truncated",
+    }
 
 
 @pytest.mark.parametrize("order", ["first_ready", "deterministic"])

@@ -111,14 +111,17 @@ def assert_step_equal(got: tuple, want: tuple, where: str) -> None:
     assert_infos_equal(got[4], want[4], f"{where} infos")
 
 
-def run_both(kind: str, mode: AutoresetMode, n_envs: int = 5, steps: int = 40, seed: int = 3, **kwargs):
+def run_both(
+    kind: str | tuple, mode: AutoresetMode, n_envs: int = 5, steps: int = 40, seed: int = 3, **kwargs
+):
     """Step a ShmVectorEnv and a SyncVectorEnv with the same seeds and actions, compare every result.
+    ``kind``: a key of :data:`ENVS`, or its value (the factories for each).
 
     DISABLED mode resets the envs that ended with ``options["reset_mask"]`` (and per-env seeds), as its
     users must. Half-way, both get an explicit ``reset()`` without a seed (each env's RNG goes on).
     Returns how the episodes ended ("terminated", "truncated").
     """
-    fn, ref_fn = ENVS[kind]
+    fn, ref_fn = ENVS[kind] if isinstance(kind, str) else kind
     ref = SyncVectorEnv([ref_fn] * n_envs, autoreset_mode=mode)
     env = make([fn] * n_envs, autoreset_mode=mode, **kwargs)
     ends = set()

@@ -2,7 +2,8 @@
 the slot its worker wrote (pool mode, where groups step on their own).
 
 Encoded leaves are decoded first, in order (each env's codec stream advances), into one array per
-leaf that keeps every env's last observation; raw leaves are gathered straight from the ring. With
+leaf that keeps every env's last observation; raw leaves are gathered straight from the ring, object
+leaves from each env's last value (:class:`~shmvec.engine.objects.ObjectLeaves`). With
 ``copy=False`` a batch's observations are read-only views of ``n_slots`` buffers reused in turn.
 """
 
@@ -34,7 +35,8 @@ class Gather:
         self.readonly_out: list[list[np.ndarray]] | None = None
         if not copy:
             self.readonly_out = [
-                [np.zeros((batch_size, *leaf.shape), leaf.dtype) for _ in range(n_slots)] for leaf in leaves
+                [np.zeros((batch_size, *leaf.shape), leaf.dtype) for _ in range(n_slots if leaf.fixed else 0)]
+                for leaf in leaves
             ]
         # Encoded leaves are decoded into one array per leaf (every env's last observation).
         self.decoded = {j: np.zeros((n_envs, *leaves[j].shape), leaves[j].dtype) for j in reader.decoded}
@@ -60,7 +62,14 @@ class Gather:
         if self.decoded and decode:
             self.reader.decode_envs(decode, self.decoded)
         out: list[np.ndarray] = []
+        objects, values = self.reader.objects, {}
+        if objects is not None:
+            ids = np.concatenate([np.arange(g.start, g.stop) for _, g in rows])
+            values = dict(zip(objects.index, objects.rows(ids)))
         for j in range(self.n_leaves):
+            if j in values:
+                out.append(values[j])
+                continue
             parts = [
                 self.decoded[j][g.start : g.stop] if j in self.decoded else self.raw[j][s, g.start : g.stop]
                 for s, g in rows

@@ -236,15 +236,29 @@ class Options:
         return RestartBudget(self.max_restarts, self.restart_window)
 
     def leaf_codecs(self, obs_leaves: list[Leaf]) -> tuple[Codec | None, ...] | None:
-        """The codec of each observation leaf, or None when nothing is encoded (the default path)."""
+        """The codec of each observation leaf, or None when nothing is encoded (the default path).
+        Object leaves (no fixed size) have none: their values travel pickled.
+
+        :raises ValueError: for a codec mapping that names an object leaf.
+        """
         if self.codec is None:
             # Ray: observations cross the network, so they are encoded unless the user says otherwise.
             return None if self.backend == "local" else default_codecs(obs_leaves)
         from shmvec.codecs import per_leaf
 
-        names = [leaf.name for leaf in obs_leaves]
-        codecs = per_leaf(self.codec, names, [(leaf.shape, leaf.dtype) for leaf in obs_leaves])
-        for codec, name in zip(codecs, names):
+        objects = [leaf.name for leaf in obs_leaves if not leaf.fixed]
+        named = [key for key in self.codec if key in objects] if isinstance(self.codec, Mapping) else []
+        if named:
+            raise ValueError(
+                f"codec mapping names {named[0]!r}, an observation key whose space has no fixed size "
+                "(Text, Sequence, Graph...): its values travel pickled, codecs encode fixed-size "
+                "arrays only (Box, Discrete, MultiDiscrete, MultiBinary)"
+            )
+        fixed = [leaf for leaf in obs_leaves if leaf.fixed]
+        names = [leaf.name for leaf in fixed]
+        chosen = iter(per_leaf(self.codec, names, [(leaf.shape, leaf.dtype) for leaf in fixed]))
+        codecs = [next(chosen) if leaf.fixed else None for leaf in obs_leaves]
+        for codec, name in zip(codecs, [leaf.name for leaf in obs_leaves]):
             if codec is not None and not codec.lossless and self.tolerance is None:
                 raise ValueError(
                     f"codec {codec!r} for observation key {name!r} is lossy: the agent would see changed "

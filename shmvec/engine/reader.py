@@ -1,7 +1,9 @@
-"""Observations out of the ring: one path for raw and encoded leaves.
+"""Observations out of the ring: one path for raw, encoded and object leaves.
 
-Each observation leaf is either raw (batched arrays in the ring slots, lent or copied out) or
-encoded (bytes in the ring, decoded here; see :mod:`shmvec.worker.encoder` for the worker side).
+Each observation leaf is either raw (batched arrays in the ring slots, lent or copied out), encoded
+(bytes in the ring, decoded here; see :mod:`shmvec.worker.encoder` for the worker side) or an
+object leaf (no fixed size: its values come from the workers' replies, kept by
+:class:`~shmvec.engine.objects.ObjectLeaves`, taken before the batch is read).
 :meth:`Reader.read` returns the leaf arrays of a batch and the terminal leaves of the envs whose
 episode ended, whatever mix of leaves the space has, so restart mode, masked resets and
 ``check_finite`` work the same with or without a codec.
@@ -25,6 +27,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from shmvec.codecs.base import Codec, CodecError, byte_view
+from shmvec.engine.objects import ObjectLeaves
 from shmvec.engine.slots import Slots
 from shmvec.errors import CodecMismatchError, FidelityError, FidelityWarning
 from shmvec.memory.layout import Leaf
@@ -101,7 +104,9 @@ class Reader:
             for j, (c, leaf) in enumerate(zip(codecs, leaves))
             if c is not None
         }
-        self.raw = [j for j in range(len(leaves)) if j not in self.decoded]
+        self.raw = [j for j, leaf in enumerate(leaves) if j not in self.decoded and leaf.fixed]
+        self.fixed = [j for j, leaf in enumerate(leaves) if leaf.fixed]
+        self.objects = None if len(self.fixed) == len(leaves) else ObjectLeaves(leaves, n_envs)
         # Views of our own: made read-only for copy=False without locking the ring's arrays.
         self.obs_views = {j: ring.obs(j).view() for j in self.raw}
         self.final_views = {j: ring.final(j) for j in self.raw}
@@ -133,10 +138,15 @@ class Reader:
         """Copies of ``rows`` of the batch returned last, per leaf (after :meth:`keep_previous`).
 
         Raw leaves come from the previous slot, which the workers do not write in this step
-        (n_slots >= 2); encoded ones from the last decoded batch.
+        (n_slots >= 2); encoded ones from the last decoded batch; object leaves are the values
+        each env returned last (:class:`~shmvec.engine.objects.ObjectLeaves`).
         """
         out = []
+        objects = {} if self.objects is None else dict(zip(self.objects.index, self.objects.rows(rows)))
         for j in range(self.n_leaves):
+            if j in objects:
+                out.append(objects[j])
+                continue
             part = self.decoded.get(j)
             if part is not None:
                 last = self._last_decoded.get(j)
@@ -156,7 +166,8 @@ class Reader:
         is_step: bool = True,
         only: Sequence[int] | np.ndarray | None = None,
     ) -> tuple[list[np.ndarray], dict[int, list[np.ndarray]]]:
-        """The leaf arrays of the batch in ``slot`` and the terminal leaves of the ``done`` envs.
+        """The leaf arrays of the batch in ``slot`` and the terminal leaves of the ``done`` envs
+        (object leaves: the values taken from the batch's replies, every env's last one).
 
         :param is_step: count the batch as a step (for the step number in codec errors).
         :param only: the envs the workers wrote (a masked reset); the others keep the rows of the
@@ -187,6 +198,8 @@ class Reader:
         if not self.decoded:
             for i in done:
                 finals[i] = [v[i].copy() for v in self.final_views.values()]
+            if self.objects is not None:
+                self.objects.complete(arrays, finals, slice(None))
             return arrays, finals
         outs: dict[int, np.ndarray] = {}
         for j, part in self.decoded.items():
@@ -206,6 +219,8 @@ class Reader:
                 outs[j][keep] = carried[j]
         self._last_decoded = {} if lend else {j: arrays[j] for j in self.decoded}
         self._last_slot = slot
+        if self.objects is not None:
+            self.objects.complete(arrays, finals, slice(None))
         return arrays, finals
 
     def decode_envs(
@@ -213,14 +228,15 @@ class Reader:
     ) -> None:
         """Decode the frames the workers encoded for ``envs`` into ``outs`` (leaf -> array of every
         env's row); for the envs that are keys of ``finals``, append their terminal leaves (every
-        leaf, raw or decoded) to its lists. An env's terminal frame is decoded before its step frame,
-        the order its worker encoded them (streams are per env: the order across envs is free)."""
+        fixed-size leaf, raw or decoded; the caller adds the object leaves) to its lists. An env's
+        terminal frame is decoded before its step frame, the order its worker encoded them (streams
+        are per env: the order across envs is free)."""
         finals = {} if finals is None else finals
         for i in envs:
             final = finals.get(i)
             if final is None:
                 continue
-            for j in range(self.n_leaves):
+            for j in self.fixed:
                 part = self.decoded.get(j)
                 if part is None:
                     final.append(self.final_views[j][i].copy())

@@ -6,7 +6,8 @@ the :class:`~shmvec.engine.reader.Reader`: lent without a copy where a slot is f
 observations of ended episodes included. Any other batch (pool mode) is gathered from the slots its
 groups wrote (:class:`~shmvec.engine.gather.Gather`). Either way the infos come from the replies
 (what crossed the pipe) and the ring's typed columns, and envs a restart ended carry their
-restart infos (:class:`~shmvec.engine.recovery.Ended`).
+restart infos (:class:`~shmvec.engine.recovery.Ended`); so do the values of object leaves
+(:mod:`shmvec.engine.objects`), taken from the replies before the batch is read.
 """
 
 from __future__ import annotations
@@ -60,9 +61,19 @@ class BatchReader:
 
     def read(self, workers: list[int], arrived: list[Arrived], ended: Ended) -> Batch:
         """The batch of ``workers`` (ascending) whose commands and replies are ``arrived``."""
+        if self.reader.objects is not None:
+            self.take_objects(workers, [reply for _, reply in arrived])
         if self.whole(workers, arrived):
             return self._whole(workers, arrived, ended)
         return self._gathered(workers, arrived, ended)
+
+    def take_objects(self, workers: list[int] | range, replies: list[m.Reply | None]) -> None:
+        """Record the object leaf values of ``replies`` (one per worker of ``workers``) for the batch
+        read next; nothing when the space has no object leaf."""
+        objects = self.reader.objects
+        if objects is not None:
+            for w, reply in zip(workers, replies):
+                objects.take(reply, self.worker_envs[w].start)
 
     def _whole(self, workers: list[int], arrived: list[Arrived], ended: Ended) -> Batch:
         slot = self.slots.slot[workers[0]]

@@ -142,6 +142,8 @@ class Recovery:
                 ring.truncated[slot, g.start : g.stop] = True
                 if not same_step:
                     ended.carried.append(w)
+                elif self.reader.objects is not None:
+                    self.reader.objects.take(reply, g.start)  # the new episodes' first values
                 for k, i in enumerate(g):
                     ended.infos[i] = supervisor.mark({}, reason)
                     if isinstance(reply, m.ResetDone) and reply.infos[k] is not None:
@@ -171,7 +173,7 @@ class Recovery:
                 reply = outcome.results[w] if outcome is not None else None
                 assert isinstance(reply, m.ResetDone)
                 infos = [None if i is None else self.supervisor.mark(i, reason) for i in reply.infos]
-                return m.ResetDone(infos), None
+                return m.ResetDone(infos, reply.objects), None
             _, error = self.rebuild(faults)
             if error is not None:
                 return None, error

@@ -1,10 +1,13 @@
-"""From a gymnasium space to fixed-size array leaves, and back.
+"""From a gymnasium space to its leaves, and back.
 
 An observation is a tree (Dict / Tuple) whose leaves are arrays (Box, Discrete, MultiDiscrete,
-MultiBinary). Shared memory holds one batched array per leaf. Three functions walk the tree, each
-dispatched on the space type so a new space type is one small function, not another ``if`` branch:
+MultiBinary) or, for any other space (Text, Sequence, Graph, OneOf, a custom space), objects without
+a fixed size. Shared memory holds one batched array per fixed-size leaf; an object leaf has no place
+in it and travels pickled in the worker's reply (see :mod:`shmvec.engine.objects`). Three functions
+walk the tree, each dispatched on the space type so a new space type is one small function, not
+another ``if`` branch:
 
-- :func:`leaves` lists the leaves (path, shape, dtype) in a fixed order;
+- :func:`leaves` lists the leaves (path, shape, dtype, fixed size or not) in a fixed order;
 - :func:`flatten` turns one observation into its leaf values in that order;
 - :func:`unflatten` builds an observation from leaf arrays in that order.
 
@@ -22,23 +25,26 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from shmvec.errors import ObservationError, UnsupportedSpaceError
+from shmvec.errors import ObservationError
 
 Path = tuple[Any, ...]
 
 
 @dataclass(frozen=True)
 class Leaf:
-    """One array leaf of an observation space.
+    """One leaf of an observation space.
 
     :param path: keys (Dict) and indices (Tuple) from the root to this leaf; ``()`` for a plain space.
-    :param shape: shape of one env's value (without the batch dimension).
-    :param dtype: dtype of the shared-memory array (the space's dtype).
+    :param shape: shape of one env's value (without the batch dimension); ``()`` for an object leaf.
+    :param dtype: dtype of the shared-memory array (the space's dtype); ``object`` for an object leaf.
+    :param fixed: True: an array of fixed size, kept in the ring; False: an object leaf (Text,
+        Sequence, Graph, OneOf, custom spaces), whose values travel pickled in the workers' replies.
     """
 
     path: Path
     shape: tuple[int, ...]
     dtype: np.dtype
+    fixed: bool = True
 
     @property
     def name(self) -> str:
@@ -53,16 +59,12 @@ class Leaf:
 
 @singledispatch
 def leaves(space: spaces.Space, path: Path = ()) -> list[Leaf]:
-    """List the array leaves of ``space`` in a fixed order (depth first, Dict in ``space.spaces`` order).
+    """List the leaves of ``space`` in a fixed order (depth first, Dict in ``space.spaces`` order).
 
-    :raises UnsupportedSpaceError: for spaces without a fixed shape (Text, Sequence, Graph, ...).
+    Box, Discrete, MultiDiscrete and MultiBinary are fixed-size leaves; any other space that is not a
+    Dict or Tuple (Text, Sequence, Graph, OneOf, custom spaces) is one object leaf, whatever it holds.
     """
-    where = f" at key {'.'.join(map(str, path))!r}" if path else ""
-    raise UnsupportedSpaceError(
-        f"shmvec cannot place a {type(space).__name__} observation space{where} in shared memory: "
-        "only Box, Discrete, MultiDiscrete, MultiBinary and Dict/Tuple of those have a fixed size. "
-        "Convert it to fixed-size arrays with an observation wrapper, or use SubprocVecEnv."
-    )
+    return [Leaf(path, (), np.dtype(object), fixed=False)]
 
 
 @leaves.register(spaces.Box)

@@ -18,6 +18,9 @@ field           shape                                written by
 ``bellack``     ``(n_workers, 4)`` uint32             workers: what each one last finished
 ==============  ===================================  =========================================
 
+An object leaf (``Leaf.fixed`` False: Text, Sequence, Graph, ...) has no field at all: its values
+travel pickled in the workers' replies.
+
 A leaf with a codec (``ShmVecEnv(codec=...)``; the ring knows only each encoded leaf's
 :class:`EncodedSize`, never the codec) has no ``obs<j>``/``final<j>``; instead, for the
 step's observation (prefix ``""``) and the terminal one (prefix ``"f"``), see
@@ -136,6 +139,8 @@ def plan_fields(
     """
     wanted: list[tuple[str, tuple[int, ...], np.dtype]] = []
     for j, leaf in enumerate(obs_leaves):
+        if not leaf.fixed:
+            continue
         size = encoded[j] if encoded else None
         if size is None:
             wanted.append((_obs_field(j), (n_slots, n_envs, *leaf.shape), leaf.dtype))

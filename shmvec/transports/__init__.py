@@ -48,8 +48,8 @@ def check_backend(backend: str, ray_options: Mapping[str, Any] | None) -> None:
 def default_codecs(obs_leaves: list[Leaf]) -> tuple[Codec | None, ...] | None:
     """The Ray backend's codec per observation leaf when the user chose none: ``delta`` with zstd
     (lossless; 868-1,188x on Atari frames) for leaves of at least :data:`SMALL_LEAF_BYTES`, else
-    the next of :data:`RAY_CODEC_ORDER` that is installed; small leaves raw. None when every leaf
-    stays raw."""
+    the next of :data:`RAY_CODEC_ORDER` that is installed; small leaves raw (object leaves travel
+    pickled in the reply). None when every leaf stays raw."""
     from shmvec.codecs import available, get
 
     installed = available()
@@ -59,7 +59,9 @@ def default_codecs(obs_leaves: list[Leaf]) -> tuple[Codec | None, ...] | None:
     # On a network link bytes, not CPU, are the limit: delta with zstd (~10% smaller than delta's
     # default lz4 on Atari frames).
     params = {"backend": "zstd"} if name == "delta" else {}
-    codecs = tuple(get(name, **params) if leaf.nbytes >= SMALL_LEAF_BYTES else None for leaf in obs_leaves)
+    codecs = tuple(
+        get(name, **params) if leaf.fixed and leaf.nbytes >= SMALL_LEAF_BYTES else None for leaf in obs_leaves
+    )
     return None if all(c is None for c in codecs) else codecs
 
 

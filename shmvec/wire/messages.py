@@ -5,7 +5,8 @@ and actions too when the action space is array-shaped. A synchronous step of a l
 actions are in the ring is not a message at all: the doorbell (:mod:`shmvec.memory.doorbell`) carries
 its slot, and the worker answers through the ring alone unless an info or reset info is left over.
 What does travel: the commands below, non-empty info dicts, reset infos, attribute values,
-env-method results, errors, and actions that do not fit the typed action buffer.
+env-method results, errors, actions that do not fit the typed action buffer, and the values of
+observation leaves without a fixed size (Text, Sequence, Graph...: "object leaves").
 
 A worker serves each command with the handler registered for its class
 (:func:`shmvec.worker.envs.handlers`); :attr:`Command.label` names it in errors. Replies are
@@ -227,20 +228,32 @@ class Ready:
     spaces: list[tuple[Any, Any]]
 
 
+# Object leaves' values of some envs: local env -> one value per object leaf, in leaf order.
+Objects = dict[int, list[Any]]
+
+
 @dataclass(slots=True)
 class Stepped:
     """A step: ``(local env, info, reset info or None)`` for the envs whose info was not empty (after
     the typed columns took their values) or that were reset within the step. A local worker whose
-    step leaves nothing over sends no reply at all: the ring holds everything."""
+    step leaves nothing over sends no reply at all: the ring holds everything.
+
+    ``objects``: every env's object leaf values (None: the space has no object leaf, and a step
+    with one always has a reply); ``final_objects``: those of the terminal observations of envs
+    reset within the step (same-step autoreset), copied before the reset."""
 
     items: list[tuple[int, dict[str, Any], dict[str, Any] | None]] = field(default_factory=list)
+    objects: Objects | None = None
+    final_objects: Objects | None = None
 
 
 @dataclass(slots=True)
 class ResetDone:
-    """A reset: one reset info per env of the worker, None for envs the mask left alone."""
+    """A reset: one reset info per env of the worker, None for envs the mask left alone;
+    ``objects``: the object leaf values of the envs reset (None: the space has no object leaf)."""
 
     infos: list[dict[str, Any] | None]
+    objects: Objects | None = None
 
 
 @dataclass(slots=True)

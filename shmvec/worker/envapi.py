@@ -84,8 +84,11 @@ def _blame(msg: m.Command, reply: m.Reply, first_env: int, exc: Exception) -> tu
     if isinstance(reply, m.Stepped):
         for i, info, reset_info in reply.items:
             items += [(i, "info", info), (i, "reset info", reset_info or {})]
+        for objects in (reply.objects, reply.final_objects):
+            items += [(i, "observation", {None: v}) for i, vs in (objects or {}).items() for v in vs]
     elif isinstance(reply, m.ResetDone):
         items = [(i, "reset info", info) for i, info in enumerate(reply.infos) if info is not None]
+        items += [(i, "observation", {None: v}) for i, vs in (reply.objects or {}).items() for v in vs]
     elif isinstance(reply, m.Returned) and reply.values is not None:
         what = f"the result of {msg.label}"
         indices = getattr(msg, "indices", range(len(reply.values)))
@@ -100,7 +103,8 @@ def _blame(msg: m.Command, reply: m.Reply, first_env: int, exc: Exception) -> tu
                 return first_env + i, TypeError(
                     f"env {first_env + i}: {where} holds a {kind}"
                     f" that cannot be pickled ({type(value_exc).__name__}: {value_exc}); what a worker "
-                    "returns (infos, attributes, method results) travels to the main process by pickle"
+                    "returns (infos, attributes, method results, observation leaves without a fixed "
+                    "size) travels to the main process by pickle"
                 )
     return None, exc
 

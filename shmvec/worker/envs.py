@@ -1,10 +1,11 @@
 """A worker's envs (a contiguous group of the vector env's) and the handler of each command.
 
 Each ``Step`` writes observations, rewards and flags of the worker's envs into the ring slot named
-by the main process and returns the few non-empty info dicts. An exception in an env becomes a
-:class:`~shmvec.wire.messages.Failed` reply (with env index and traceback) and the worker goes on,
-so one failing ``get_attr`` or ``step`` never leaves the main process waiting on a dead worker.
-The same group runs in a local worker process (:mod:`shmvec.worker.loop`) and in a Ray actor
+by the main process and returns the few non-empty info dicts, and the values of the observation
+leaves that have no place in the ring (object leaves: Text, Sequence, Graph...). An exception in an
+env becomes a :class:`~shmvec.wire.messages.Failed` reply (with env index and traceback) and the
+worker goes on, so one failing ``get_attr`` or ``step`` never leaves the main process waiting on a
+dead worker. The same group runs in a local worker process (:mod:`shmvec.worker.loop`) and in a Ray actor
 (:mod:`shmvec.transports.ray.actor`).
 """
 
@@ -45,7 +46,8 @@ class EnvGroup:
         self.first_env = first_env
         self.current: int | None = None  # local index of the env being called, for error reports
         self.space = envs[0].observation_space
-        self.leaves: list[Leaf] = []
+        self.leaves: list[Leaf] = []  # the fixed-size leaves (in the ring)
+        self.objects: list[int] = []  # positions (in leaves() order) of the object leaves, if any
         self.ring: Ring | None = None
         self.obs: list[Any] = []  # per leaf: the batched ring array, or an EncodedArea
         self.final: list[Any] = []
@@ -65,12 +67,16 @@ class EnvGroup:
         """Map the ring (``ring``: a Ray actor's private ring of this worker's envs only, rows from 0,
         instead of the spec's) and set up an encoder per encoded leaf."""
         # The main process has checked the space can be laid out before sending the ring.
-        self.leaves = leaves(self.space)
+        every = leaves(self.space)
+        self.objects = [j for j, leaf in enumerate(every) if not leaf.fixed]
+        self.leaves = [leaf for leaf in every if leaf.fixed]
         self.ring = Ring.attach(msg.spec) if ring is None else ring
         lo = self.first_env if ring is None else 0
         hi = lo + len(self.envs)
         self.obs, self.final = [], []
-        for j, leaf in enumerate(self.leaves):
+        for j, leaf in enumerate(every):
+            if not leaf.fixed:
+                continue
             codec = msg.codecs[j] if msg.codecs else None
             if codec is None:
                 self.obs.append(self.ring.obs(j)[:, lo:hi])
@@ -88,7 +94,7 @@ class EnvGroup:
         self.truncated = self.ring.truncated[:, lo:hi]
         actions = self.ring.actions
         self.actions = None if actions is None else actions[lo:hi]
-        self.names = [leaf.name for leaf in self.leaves]
+        self.names = [leaf.name for leaf in every]
         return m.Returned()
 
     def configure(self, msg: m.Configure) -> m.Returned:
@@ -110,16 +116,24 @@ class EnvGroup:
             self.next_seeds = list(msg.reset_seeds)
         return m.Returned()
 
-    def write(self, dst: list[np.ndarray], i: int, obs: Any, terminal: bool = False) -> None:
+    def write(self, dst: list[np.ndarray], i: int, obs: Any, terminal: bool = False) -> list[Any] | None:
+        """Write env ``i``'s observation ``obs`` into ``dst`` (one array per fixed-size leaf); the
+        values of its object leaves, which the ring has no place for (None: the space has none)."""
         env_index = self.first_env + i
         values = flatten(self.space, obs, [])
         if self.finite_rules is not None:
             # Checked on the values, before any codec: works the same for raw and encoded leaves.
-            found = check_finite([np.asarray(v)[None] for v in values], self.finite_rules, self.names)
+            arrays = [v if r is None else np.asarray(v)[None] for v, r in zip(values, self.finite_rules)]
+            found = check_finite(arrays, self.finite_rules, self.names)
             if found is not None:
                 raise ObservationError(f"env {env_index}, {'terminal ' if terminal else ''}{found[1]}")
+        objects = None
+        if self.objects:
+            objects = [values[j] for j in self.objects]
+            values = [v for j, v in enumerate(values) if j not in self.objects]
         for leaf, arr, value in zip(self.leaves, dst, values):
             write_leaf(arr, i, value, leaf, env_index)
+        return objects
 
     def step(self, msg: m.Step) -> m.Stepped:
         slot = msg.slot
@@ -132,6 +146,8 @@ class EnvGroup:
         rngs = self.rngs
         typed = self.infos
         replies = []
+        objects: m.Objects | None = {} if self.objects else None
+        final_objects: m.Objects | None = None
         for i, env in enumerate(self.envs):
             self.current = i
             if rngs is not None:
@@ -155,7 +171,10 @@ class EnvGroup:
                     if same_step:
                         # The terminal observation goes to its own area before the reset obs fills
                         # the slot, and the info is copied: an env may reuse and mutate both in reset().
-                        self.write(self.final, i, obs, terminal=True)
+                        final = self.write(self.final, i, obs, terminal=True)
+                        if final is not None:
+                            final_objects = final_objects or {}
+                            final_objects[i] = copy.deepcopy(final)
                         info = copy.deepcopy(info)
                         obs, reset_info = check_reset(env.reset(), self.first_env + i)
                         self._restart_codecs(i)
@@ -163,7 +182,9 @@ class EnvGroup:
                         ended[i] = True
             if rngs is not None:
                 rngs.leave(i)
-            self.write(obs_slot, i, obs)
+            values = self.write(obs_slot, i, obs)
+            if objects is not None:
+                objects[i] = values  # type: ignore[assignment]
             rewards[i] = reward
             terminated[i] = term
             truncated[i] = trunc
@@ -172,7 +193,7 @@ class EnvGroup:
             if info or reset_info is not None:
                 replies.append((i, info, reset_info))
         self.current = None
-        return m.Stepped(replies)
+        return m.Stepped(replies, objects, final_objects)
 
     def _restart_codecs(self, i: int) -> None:
         for encoder in self.encoders:
@@ -183,6 +204,7 @@ class EnvGroup:
         Each env's ``reset`` gets its seed and its keyword arguments."""
         obs_slot = [a[msg.slot] for a in self.obs]
         infos: list[dict | None] = []
+        objects: m.Objects | None = {} if self.objects else None
         for i, env in enumerate(self.envs):
             if msg.mask is not None and not msg.mask[i]:
                 infos.append(None)
@@ -195,10 +217,12 @@ class EnvGroup:
             if self.rngs is not None:
                 self.rngs.leave(i)
             self._restart_codecs(i)
-            self.write(obs_slot, i, obs)
+            values = self.write(obs_slot, i, obs)
+            if objects is not None:
+                objects[i] = values  # type: ignore[assignment]
             infos.append(info)
         self.current = None
-        return m.ResetDone(infos)
+        return m.ResetDone(infos, objects)
 
     def _each(self, indices: list[int], call: Callable[[gym.Env], Any]) -> m.Returned:
         results = []

@@ -107,7 +107,7 @@ def _serve(group: EnvGroup, w: int, fd: int, wake_fd: int, pid: int) -> None:
             return
         reply = answer(group, table, msg, pid)
         # A step that left nothing over is answered by the ring alone.
-        has_reply = not isinstance(reply, m.Stepped) or bool(reply.items)
+        has_reply = not isinstance(reply, m.Stepped) or bool(reply.items) or reply.objects is not None
         if has_reply:
             _reply(fd, msg, reply, group.first_env)
         bell.finish(has_reply)

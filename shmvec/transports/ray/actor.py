@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from shmvec.memory.layout import leaves
+from shmvec.memory.layout import Leaf, leaves
 from shmvec.transports.ray.wire import Packed, PrivateRing, pack
 from shmvec.wire import messages as m
 from shmvec.worker.envapi import unpicklable
@@ -44,6 +44,7 @@ class RayWorker:
         self.group, self.started = start_group(env_fns, first_env, isolate_rng, self.pid)
         self.table = {} if self.group is None else handlers(self.group)
         self.codecs: tuple[Any, ...] = ()
+        self.leaves: list[Leaf] = []
 
     def ready(self) -> tuple[bytes, int, str, str]:
         """The start-up reply (pickled), this actor's pid, node IP address and node id."""
@@ -77,7 +78,7 @@ class RayWorker:
         assert group is not None, "no envs: the start-up reply said why"
         table = self.table
         if isinstance(msg, m.Attach):
-            obs_leaves = leaves(group.space)
+            self.leaves = obs_leaves = leaves(group.space)
             ring = PrivateRing(obs_leaves, len(group.envs), msg.codecs)
             self.codecs = tuple(msg.codecs) if msg.codecs else (None,) * len(obs_leaves)
             table = {**table, m.Attach: functools.partial(group.attach, ring=ring)}
@@ -89,7 +90,7 @@ class RayWorker:
             if isinstance(reply, m.Stepped) and group.autoreset == "same_step":
                 # Only same-step autoreset writes terminal observations.
                 done = np.flatnonzero(group.ring.terminated[0] | group.ring.truncated[0]).tolist()
-            data = pack(group.ring, self.codecs, done)
+            data = pack(group.ring, self.leaves, self.codecs, done)
         return reply, data
 
     def close(self) -> None:

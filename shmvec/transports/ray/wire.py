@@ -7,7 +7,8 @@ engine's ring at the worker's rows and the step's slot. From there the engine's 
 (:class:`shmvec.engine.reader.Reader`) lends, decodes and checks them as it does for local workers,
 so crc verification, lossy-codec sampling, masked resets and restarts need nothing new.
 
-Per observation leaf: a raw leaf sends its ``(n, *shape)`` batch (and the terminal rows of the envs
+Per observation leaf: an object leaf (no fixed size) sends nothing here, its values are in the
+pickled reply itself; a raw leaf sends its ``(n, *shape)`` batch (and the terminal rows of the envs
 whose episode ended); an encoded leaf sends its byte counts, checksums, the used bytes of every env
 concatenated, and (lossy codecs) the raw samples of the sampled frames only.
 """
@@ -28,7 +29,8 @@ if TYPE_CHECKING:
 # (byte counts, checksums, concatenated bytes, raw samples of sampled frames or None)
 EncodedPart = tuple[np.ndarray, np.ndarray, np.ndarray, "np.ndarray | None"]
 # (rewards, terminated, truncated, local indices of envs whose terminal obs follow, per leaf:
-#  (step part, terminal part or None)); a part is an array (raw leaf) or an EncodedPart.
+#  (step part, terminal part or None)); a part is an array (raw leaf), an EncodedPart or None (an
+#  object leaf).
 Packed = tuple[np.ndarray, np.ndarray, np.ndarray, list[int], list[tuple[Any, Any]]]
 
 
@@ -55,11 +57,13 @@ class PrivateRing(Ring):
         self.views = {name: np.zeros(shape, dtype) for name, shape, dtype in wanted}
 
 
-def pack(ring: Ring, codecs: Sequence[Codec | None], done: list[int]) -> Packed:
+def pack(ring: Ring, leaves: list[Leaf], codecs: Sequence[Codec | None], done: list[int]) -> Packed:
     """Actor side: slot 0 of ``ring`` and the terminal observations of the local envs ``done``."""
     parts: list[tuple[Any, Any]] = []
-    for j, codec in enumerate(codecs):
-        if codec is None:
+    for j, (leaf, codec) in enumerate(zip(leaves, codecs)):
+        if not leaf.fixed:
+            parts.append((None, None))
+        elif codec is None:
             parts.append((ring.obs(j)[0], ring.final(j)[done] if done else None))
         else:
             terminal = _pack_encoded(ring, j, True, done) if done else None
@@ -88,6 +92,8 @@ def unpack(ring: Ring, envs: range, slot: int, packed: Packed) -> int:
     ended = [lo + k for k in done]
     size = rewards.nbytes + terminated.nbytes + truncated.nbytes
     for j, (obs, final) in enumerate(parts):
+        if obs is None:
+            continue
         if isinstance(obs, np.ndarray):
             ring.obs(j)[slot, lo:hi] = obs
             size += obs.nbytes
