@@ -22,6 +22,7 @@ from shmvec.errors import (
     ObservationError,
     SharedMemoryTooSmallError,
     ShmVecEnvError,
+    SpaceMismatchError,
     UnsupportedSpaceError,
     WorkerCrashedError,
 )
@@ -42,6 +43,7 @@ __all__ = [
     "ShmVecEnv",
     "ShmVecEnvError",
     "ShmVectorEnv",
+    "SpaceMismatchError",
     "UnsupportedSpaceError",
     "WorkerCrashedError",
     "__version__",

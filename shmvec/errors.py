@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from gymnasium.error import ClosedEnvironmentError
+
 
 def short_traceback(text: str) -> str:
     """A worker's formatted traceback without the frames of shmvec's own worker loop.
@@ -177,8 +179,10 @@ class SharedMemoryTooSmallError(ShmVecEnvError, MemoryError):
     """``/dev/shm`` has less free space than the ring buffer needs. Raised before any worker starts."""
 
 
-class ClosedError(ShmVecEnvError):
-    """The VecEnv was used after ``close()`` (or after a crash closed it)."""
+class ClosedError(ShmVecEnvError, ClosedEnvironmentError):
+    """The VecEnv was used after ``close()`` (or after a crash closed it).
+
+    Also a ``gymnasium.error.ClosedEnvironmentError``, what Gymnasium's vector envs raise then."""
 
 
 class CodecMismatchError(ShmVecEnvError):

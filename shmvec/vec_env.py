@@ -25,7 +25,7 @@ from shmvec.engine.build import build
 from shmvec.engine.core import Engine
 from shmvec.engine.options import Options
 from shmvec.errors import ShmVecEnvError
-from shmvec.memory.layout import assemble
+from shmvec.memory.layout import assemble, terminal_obs
 from shmvec.wire import messages as m
 
 
@@ -158,13 +158,14 @@ class ShmVecEnv(VecEnv):
         infos: list[dict[str, Any]] = [{} for _ in range(self.num_envs)]
         for i, info in batch.infos.items():
             infos[i] = info
-        for i, reset_info in batch.reset_infos.items():
-            self.reset_infos[i] = reset_info
         time_limit = (truncated & ~terminated).tolist()
         for i, info in enumerate(infos):
             info["TimeLimit.truncated"] = time_limit[i]
         for i, final in batch.finals.items():
-            infos[i]["terminal_observation"] = self._obs(final)
+            reset_info = batch.reset_infos.get(i)
+            infos[i]["terminal_observation"] = terminal_obs(self.observation_space, final, reset_info)
+        for i, reset_info in batch.reset_infos.items():
+            self.reset_infos[i] = reset_info
         return self._obs(batch.obs), batch.rewards.astype(self.reward_dtype), dones, infos
 
     def close(self) -> None:

@@ -21,7 +21,16 @@ import numpy as np
 
 from shmvec.errors import ObservationError
 from shmvec.memory.infos import InfoColumns
-from shmvec.memory.layout import Leaf, check_finite, flatten, inf_allowed, leaves, write_leaf
+from shmvec.memory.layout import (
+    AS_RETURNED,
+    Leaf,
+    check_finite,
+    flatten,
+    inf_allowed,
+    leaves,
+    leaves_as_returned,
+    write_leaf,
+)
 from shmvec.memory.ring import Ring
 from shmvec.wire import messages as m
 from shmvec.worker.envapi import check_reset, check_step, has_wrapper_attr, is_wrapped, make_env
@@ -110,7 +119,8 @@ class EnvGroup:
             self.next_seeds = list(msg.reset_seeds)
         return m.Returned()
 
-    def write(self, dst: list[np.ndarray], i: int, obs: Any, terminal: bool = False) -> None:
+    def write(self, dst: list[np.ndarray], i: int, obs: Any, terminal: bool = False) -> list[Any]:
+        """Write env ``i``'s observation into row ``i`` of ``dst``; its leaf values."""
         env_index = self.first_env + i
         values = flatten(self.space, obs, [])
         if self.finite_rules is not None:
@@ -120,6 +130,7 @@ class EnvGroup:
                 raise ObservationError(f"env {env_index}, {'terminal ' if terminal else ''}{found[1]}")
         for leaf, arr, value in zip(self.leaves, dst, values):
             write_leaf(arr, i, value, leaf, env_index)
+        return values
 
     def step(self, msg: m.Step) -> m.Stepped:
         slot = msg.slot
@@ -155,9 +166,14 @@ class EnvGroup:
                     if same_step:
                         # The terminal observation goes to its own area before the reset obs fills
                         # the slot, and the info is copied: an env may reuse and mutate both in reset().
-                        self.write(self.final, i, obs, terminal=True)
+                        values = self.write(self.final, i, obs, terminal=True)
                         info = copy.deepcopy(info)
+                        # Leaves the ring would give back changed (an int as np.int64...) travel
+                        # as the env returned them: the faces' final observation is the env's.
+                        returned = leaves_as_returned(self.leaves, values)
                         obs, reset_info = check_reset(env.reset(), self.first_env + i)
+                        if returned:
+                            reset_info = {**reset_info, AS_RETURNED: returned}
                         self._restart_codecs(i)
                     elif self.autoreset == "next_step":
                         ended[i] = True
