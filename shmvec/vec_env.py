@@ -25,7 +25,7 @@ from shmvec.engine.build import build
 from shmvec.engine.core import Engine
 from shmvec.engine.options import Options
 from shmvec.errors import ShmVecEnvError
-from shmvec.memory.layout import assemble
+from shmvec.memory.layout import assemble, terminal_obs
 from shmvec.wire import messages as m
 
 
@@ -163,10 +163,11 @@ class ShmVecEnv(VecEnv):
         for i, info in batch.infos.items():  # the env's own keys first, as DummyVecEnv has them
             info["TimeLimit.truncated"] = time_limit[i]
             infos[i] = info
+        for i, final in batch.finals.items():
+            reset_info = batch.reset_infos.get(i)
+            infos[i]["terminal_observation"] = terminal_obs(self.observation_space, final, reset_info)
         for i, reset_info in batch.reset_infos.items():
             self.reset_infos[i] = reset_info
-        for i, final in batch.finals.items():
-            infos[i]["terminal_observation"] = self._obs(final)
         return self._obs(batch.obs), batch.rewards.astype(self.reward_dtype), dones, infos
 
     def close(self) -> None:
