@@ -9,7 +9,10 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parent.parent / "shmvec"
+import shmvec
+
+# The package that is imported, not a path next to the tests: CI runs these tests against the wheel.
+PACKAGE = Path(shmvec.__file__).resolve().parent
 
 
 def _module_name(path: Path) -> str:
