@@ -137,6 +137,15 @@ class Engine:
         """Whether steps were sent whose batch was not received yet."""
         return not self.closed and not self.flights.idle
 
+    def pending_call(self) -> str | None:
+        """``"reset"`` or ``"step"``: what was sent and not received yet (a reset when any worker's
+        command is one), None when nothing is."""
+        if not self.waiting:
+            return None
+        flights = self.flights
+        sent = [*flights.busy.values(), *(cmd for cmd, _ in flights.ready.values())]
+        return "reset" if any(isinstance(cmd, m.Reset) for cmd in sent) else "step"
+
     def carry_out(self, verdict: Verdict, phase: Phase) -> list[int]:
         """Do what the fault policy said: close and raise, or rebuild workers (restart mode; their
         envs end their episode at their next step). The workers rebuilt."""
