@@ -142,9 +142,10 @@ class Engine:
         command is one), None when nothing is."""
         if not self.waiting:
             return None
-        flights = self.flights
-        sent = [*flights.busy.values(), *(cmd for cmd, _ in flights.ready.values())]
-        return "reset" if any(isinstance(cmd, m.Reset) for cmd in sent) else "step"
+        flights, reset = self.flights, m.Reset
+        if any(type(cmd) is reset for cmd in flights.busy.values()):
+            return "reset"
+        return "reset" if any(type(cmd) is reset for cmd, _ in flights.ready.values()) else "step"
 
     def carry_out(self, verdict: Verdict, phase: Phase) -> list[int]:
         """Do what the fault policy said: close and raise, or rebuild workers (restart mode; their

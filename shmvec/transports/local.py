@@ -169,7 +169,7 @@ class LocalTransport:
         # Counted (one wake-up when the last finishes) when these are all the commands in flight.
         counted = n_by_bell == len(ws) and not self._n_flying
         in_ring = n_by_bell == len(ws) and all(isinstance(c, Step) and c.actions is None for c in msgs)
-        if n_by_bell:
+        if bell is not None and n_by_bell:
             every = len(ws) == self.n_workers and counted
             targets: slice | np.ndarray = slice(None) if every else ws[by_bell]
             if in_ring:
