@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import multiprocessing
 import re
+import warnings
 from contextlib import closing
 
 import gymnasium as gym
@@ -104,3 +105,31 @@ def test_closing_with_nothing_pending_warns_nothing(no_leaks, recwarn):
     env.step(np.zeros(4, np.int64))
     env.close()
     assert not [w for w in recwarn if "pending" in str(w.message)]
+
+
+@pytest.mark.parametrize("face", ["gymnasium", "sb3"])
+def test_an_env_raising_in_reset_leaves_nothing_pending(no_leaks, face):
+    """The reset that raised is over: the next step is not refused as out of order, close() does not
+    warn of a pending call (Gymnasium's own test_async_vector_subenv_error counts its warnings)."""
+    from stable_baselines3.common.vec_env import VecEnv
+
+    from shmvec import ShmVecEnv
+
+    # Env 0 raises at its second reset; env 1 (another worker) resets fine each time.
+    fns = [functools.partial(FaultyEnv, fault="raise", where="reset", at=2), FaultyEnv]
+    env: VecEnv | ShmVectorEnv
+    if face == "gymnasium":
+        env = ShmVectorEnv(fns, start_method="fork", n_workers=2)
+        env.reset(seed=0)
+        with pytest.raises(RuntimeError, match="misbehaves|reset"):
+            env.reset(seed=1)
+        env.step(np.zeros(2, np.int64))
+    else:
+        env = ShmVecEnv(fns, "fork", n_workers=2)
+        env.reset()
+        with pytest.raises(RuntimeError):
+            env.reset()
+        env.step(np.zeros(2, np.int64))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        env.close()

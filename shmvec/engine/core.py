@@ -366,9 +366,13 @@ class Engine:
         infos (None for envs not reset). Steps in flight are waited for and dropped first."""
         slot = self._post_resets(seeds, kwargs, mask, whole=True)
         busy = sorted(self.flights.busy)
-        self.land(self.transport.wait(busy, len(busy)))
-        replies = [self.flights.ready.pop(w, (None, None))[1] for w in range(self.n_workers)]
-        self.flights.clear()
+        try:
+            self.land(self.transport.wait(busy, len(busy)))
+            replies = [self.flights.ready.pop(w, (None, None))[1] for w in range(self.n_workers)]
+        finally:
+            # Also when an env raised: the other workers' replies are dropped with the failed reset,
+            # and nothing stays pending (the next step or reset is not refused as out of order).
+            self.flights.clear()
         self.supervisor.needs_reset.clear()
         only = None if mask is None else np.flatnonzero(mask)
         self.reading.take_objects(range(self.n_workers), replies)
