@@ -127,6 +127,7 @@ class ShmVectorEnv(PoolMethods, VectorEnv):
         self.single_action_space = engine.action_space
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
         self.action_space = batch_space(self.single_action_space, self.num_envs)
+        self._device = engine.device  # device=: observations as torch tensors (shmvec.device)
         objects = engine.reader.objects
         self._object_leaves = frozenset(() if objects is None else objects.index)
         try:
@@ -171,13 +172,25 @@ class ShmVectorEnv(PoolMethods, VectorEnv):
         return self._engine
 
     def _obs(self, arrays: list[Any]) -> Any:
+        if self._device is not None:
+            arrays = self._device.obs(arrays)
         if self._object_leaves:
             # As gymnasium.vector.utils.concatenate batches a space without a fixed size: a tuple.
             arrays = [tuple(a) if j in self._object_leaves else a for j, a in enumerate(arrays)]
         return assemble(self.single_observation_space, arrays)
 
     def _final_obs(self, leaves: list[Any]) -> Any:
+        if self._device is not None:
+            leaves = self._device.final(leaves)
         return assemble(self.single_observation_space, leaves)
+
+    def _fields(self, rewards: np.ndarray, terminated: np.ndarray, truncated: np.ndarray) -> tuple[Any, ...]:
+        """Rewards and flags (fresh arrays), as tensors where ``device_fields`` says."""
+        device = self._device
+        if device is None:
+            return rewards, terminated, truncated
+        flags = (device.field("flags", terminated), device.field("flags", truncated))
+        return (device.field("rewards", rewards), *flags)
 
     def reset(
         self, *, seed: int | Sequence[int | None] | None = None, options: dict[str, Any] | None = None
@@ -265,13 +278,8 @@ class ShmVectorEnv(PoolMethods, VectorEnv):
         batch = engine.recv(timeout)
         same_step = self.autoreset_mode is AutoresetMode.SAME_STEP
         infos = batch_infos(self, batch, self._final_obs if same_step else None)
-        return (
-            self._obs(batch.obs),
-            batch.rewards.copy(),
-            batch.terminated.copy(),
-            batch.truncated.copy(),
-            infos,
-        )
+        fields = self._fields(batch.rewards.copy(), batch.terminated.copy(), batch.truncated.copy())
+        return (self._obs(batch.obs), *fields, infos)
 
     def reset_async(
         self, seed: int | Sequence[int | None] | None = None, options: dict[str, Any] | None = None

@@ -89,6 +89,9 @@ class PoolMethods:
     def _obs(self, arrays: list[np.ndarray]) -> Any:
         raise NotImplementedError
 
+    def _fields(self, rewards: np.ndarray, terminated: np.ndarray, truncated: np.ndarray) -> tuple[Any, ...]:
+        raise NotImplementedError
+
     @property
     def _eng(self) -> Engine:
         raise NotImplementedError
@@ -150,7 +153,7 @@ class PoolMethods:
             )
             self._eng.flights.last_ids = batch.env_ids
         infos = batch_infos(self, batch)
-        return self._obs(batch.obs), batch.rewards, batch.terminated, batch.truncated, infos
+        return (self._obs(batch.obs), *self._fields(batch.rewards, batch.terminated, batch.truncated), infos)
 
 
 __all__ = ["PoolMethods", "batch_infos"]
