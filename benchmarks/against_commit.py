@@ -19,7 +19,44 @@ import subprocess
 import sys
 import time
 
-WORKLOADS = ("pong", "synth512", "pong-delta")  # pong-delta: Pong with codec="delta"
+# pong-delta: Pong with codec="delta"; atari-policy: SB3's Atari recipe (PongNoFrameskip-v4,
+# frame_stack=4 in the workers) with PPO's CnnPolicy.predict in the loop.
+WORKLOADS = ("pong", "synth512", "pong-delta", "atari-policy")
+
+
+def policy_window(seconds: float) -> dict[str, float | str]:
+    """SB3's Atari recipe with the policy in the loop (what training's rollouts do)."""
+    import ale_py
+    import gymnasium as gym
+    import torch
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.env_util import make_atari_env
+
+    import shmvec
+    from shmvec import ShmVecEnv
+
+    gym.register_envs(ale_py)
+    torch.set_num_threads(2)
+    venv = make_atari_env(
+        "PongNoFrameskip-v4",
+        n_envs=8,
+        seed=0,
+        vec_env_cls=ShmVecEnv,
+        vec_env_kwargs={"start_method": "fork", "frame_stack": 4},
+    )
+    try:
+        model = PPO("CnnPolicy", venv, seed=0, device="cpu")
+        obs = venv.reset()
+        for _ in range(30):  # warm-up
+            obs = venv.step(model.predict(obs)[0])[0]
+        n, start, cpu = 0, time.perf_counter(), time.process_time()
+        while time.perf_counter() - start < seconds:
+            obs = venv.step(model.predict(obs)[0])[0]
+            n += 1
+        wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+    finally:
+        venv.close()
+    return {"shmvec": shmvec.__file__, "steps_per_s": n * 8 / wall, "main_cpu_ms": cpu / n * 1e3}
 
 
 def window(workload: str, seconds: float) -> dict[str, float | str]:
@@ -31,6 +68,8 @@ def window(workload: str, seconds: float) -> dict[str, float | str]:
     import shmvec
     from shmvec import ShmVecEnv
 
+    if workload == "atari-policy":
+        return policy_window(seconds)
     if workload.startswith("pong"):
         import ale_py
         import gymnasium as gym
@@ -65,6 +104,7 @@ def main() -> None:
         description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
     )
     parser.add_argument("--old", required=True, help="a checkout of the other commit (git worktree)")
+    parser.add_argument("--new", default=None, help="a checkout to measure as new (default: this install)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--seconds", type=float, default=3.0, help="measured seconds per window")
     parser.add_argument("--workloads", nargs="+", choices=WORKLOADS, default=["pong", "synth512"])
@@ -76,7 +116,7 @@ def main() -> None:
     runs: dict[tuple[str, str], list[dict]] = {}
     for _ in range(args.rounds):
         for workload in args.workloads:
-            for side, path in (("old", args.old), ("new", None)):
+            for side, path in (("old", args.old), ("new", args.new)):
                 env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
                 if path is not None:
                     env["PYTHONPATH"] = os.path.abspath(path)
@@ -91,10 +131,11 @@ def main() -> None:
         old, new = runs[(workload, "old")], runs[(workload, "new")]
         med = {s: statistics.median(r["steps_per_s"] for r in rs) for s, rs in (("old", old), ("new", new))}
         cpu = {s: statistics.median(r["main_cpu_ms"] for r in rs) for s, rs in (("old", old), ("new", new))}
+        ratios = [b["steps_per_s"] / a["steps_per_s"] for a, b in zip(old, new)]
         print(
             f"{workload}: old {[round(r['steps_per_s']) for r in old]} new {[round(r['steps_per_s']) for r in new]} "
-            f"env steps/s; new/old {med['new'] / med['old']:.3f}; main CPU per batch step "
-            f"{cpu['old']:.3f} -> {cpu['new']:.3f} ms"
+            f"env steps/s; new/old {med['new'] / med['old']:.3f} (per round {min(ratios):.2f}-{max(ratios):.2f}); "
+            f"main CPU per batch step {cpu['old']:.3f} -> {cpu['new']:.3f} ms"
         )
 
 

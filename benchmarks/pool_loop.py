@@ -15,9 +15,10 @@ Per configuration and round: env steps/s and the process tree's CPU time per env
 all its threads, plus the workers; a waiting loop that spins shows up here), then pool/sync ratios of
 each round, side by side.
 
-``--slow``: synthetic 84x84x4 envs sleeping 2 ms per step, one of them 100 ms, one env per worker,
-random actions: the fast envs' steps/s with and without the slow env, for first-ready pool mode
-(batches of half the envs) and sync mode.
+``--slow``: synthetic 84x84x4 envs sleeping 2 ms per step, one of them 100 ms, random actions: the
+fast envs' steps/s with and without the slow env, for sync mode and first-ready pool mode (batches of
+half the envs) with one env per worker, and pool mode with the default ``n_workers`` (``pool-default``;
+issue 24's case is ``--slow --pool 8``).
 """
 
 from __future__ import annotations
@@ -115,6 +116,8 @@ def fast_rate(config: str, with_slow: bool, args: argparse.Namespace) -> float:
     fns = slow_fns(n, with_slow)
     if config == "sync":
         env = ShmVectorEnv(fns, start_method="fork", n_workers=n)
+    elif config == "pool-default":
+        env = ShmVectorEnv(fns, start_method="fork", batch_size=n // 2)
     else:
         env = ShmVectorEnv(fns, start_method="fork", n_workers=n, batch_size=n // 2)
     try:
@@ -156,12 +159,12 @@ def main() -> None:
     if args.slow:
         rates: dict[str, list[float]] = {}
         for r in range(args.rounds):
-            for config in ("sync", "pool-first"):
+            for config in ("sync", "pool-first", "pool-default"):
                 for with_slow in (False, True):
                     key = f"{config} {'with' if with_slow else 'without'} slow env"
                     rates.setdefault(key, []).append(fast_rate(config, with_slow, args))
             print(f"round {r + 1}: " + ", ".join(f"{k} {v[-1]:,.0f}" for k, v in rates.items()), flush=True)
-        for config in ("sync", "pool-first"):
+        for config in ("sync", "pool-first", "pool-default"):
             kept = [
                 w / wo for w, wo in zip(rates[f"{config} with slow env"], rates[f"{config} without slow env"])
             ]

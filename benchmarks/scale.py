@@ -2,7 +2,8 @@
 
     python benchmarks/scale.py                      # both parts, 3 rounds, writes the JSON + plot
     python benchmarks/scale.py --part cpu --rounds 5
-    python benchmarks/scale.py --plot-only          # redraw docs/img/scale.png from the JSON
+    python benchmarks/scale.py --plot-only          # redraw docs/img/main_cpu.png from the JSON
+    python benchmarks/scale.py --part cpu --against /tmp/old   # shmvec of another checkout, side by side
 
 **CPU part.** Synthetic 84x84x4 uint8 frames, 0 ms steps, random actions: the main process's CPU time
 (``time.process_time()``, user + system) per batch step and per env step, for ShmVecEnv,
@@ -16,7 +17,12 @@ bigger machine: 64 envs in 64 workers and 128 envs in 32 workers, env steps/s re
 of the ideal (envs / sleep time per batch).
 
 Every configuration runs in an interpreter of its own (fork start method), rounds interleaved.
-Results: ``benchmarks/results/scale.json``; plot: ``docs/img/scale.png``.
+Results: ``benchmarks/results/scale.json``; plot: ``docs/img/main_cpu.png``.
+
+``--against DIR`` runs every shmvec configuration a second time with ``PYTHONPATH=DIR`` (a checkout
+of another commit, e.g. ``git worktree add /tmp/old 04f8025``), interleaved with this tree's, and
+prints the ratio of the medians with the range of the per-round ratios; the JSON goes to
+``benchmarks/results/scale_against.json`` and no plot is drawn.
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results" / "scale.json"
-PLOT = ROOT / "docs" / "img" / "scale.png"
+PLOT = ROOT / "docs" / "img" / "main_cpu.png"
 SHAPE = (84, 84, 4)
 
 # (vec env, n_envs, n_workers); n_workers None for those with one process per env or none.
@@ -117,34 +123,42 @@ def measure(kind: str, n_envs: int, n_workers: int | None, sleep: bool, seconds:
     }
 
 
-def _one(kind: str, n_envs: int, n_workers: int | None, sleep: bool, seconds: float) -> dict[str, Any]:
-    """The configuration in a fresh interpreter."""
+def _one(
+    kind: str, n_envs: int, n_workers: int | None, sleep: bool, seconds: float, tree: str | None = None
+) -> dict[str, Any]:
+    """The configuration in a fresh interpreter (importing the shmvec of ``tree`` when given)."""
     cmd = [sys.executable, __file__, "--one", json.dumps([kind, n_envs, n_workers, sleep, seconds])]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    env = dict(os.environ, PYTHONPATH=tree) if tree else None
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT, env=env)
     if out.returncode != 0:
         raise RuntimeError(f"{kind} n={n_envs} w={n_workers} failed:\n{out.stderr[-2000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def run(parts: list[str], rounds: int, seconds: float) -> dict[str, Any]:
-    plan = [(c, False) for c in CPU_CONFIGS if "cpu" in parts] + [
-        (c, True) for c in STANDIN_CONFIGS if "standin" in parts
+def run(parts: list[str], rounds: int, seconds: float, against: str | None = None) -> dict[str, Any]:
+    plan = [(c, False, None) for c in CPU_CONFIGS if "cpu" in parts] + [
+        (c, True, None) for c in STANDIN_CONFIGS if "standin" in parts
     ]
+    if against:
+        # Only shmvec differs between the trees; each of its configurations runs twice, in turn.
+        plan = [p for c in plan if c[0][0].startswith("shm") for p in (c, (c[0], c[1], against))]
     samples: dict[str, list[dict[str, Any]]] = {}
     for r in range(rounds):
-        for (kind, n, w), sleep in plan:
-            key = f"{'standin' if sleep else 'cpu'}:{kind}:{n}:{w}"
-            sample = _one(kind, n, w, sleep, seconds)
+        for (kind, n, w), sleep, tree in plan:
+            key = f"{'standin' if sleep else 'cpu'}:{kind}:{n}:{w}:{'against' if tree else 'this'}"
+            sample = _one(kind, n, w, sleep, seconds, tree)
             samples.setdefault(key, []).append(sample)
             print(f"round {r + 1}/{rounds} {key}: {sample}", flush=True)
     rows = []
     for key, ss in samples.items():
-        part, kind, n, w = key.split(":")
+        part, kind, n, w, tree = key.split(":")
         row: dict[str, Any] = {
             "part": part,
             "vec_env": kind,
             "n_envs": int(n),
             "n_workers": None if w == "None" else int(w),
+            "tree": against if tree == "against" else "this",
+            "samples": ss,
         }
         for metric in ss[0]:
             values = [s[metric] for s in ss]
@@ -157,15 +171,42 @@ def run(parts: list[str], rounds: int, seconds: float) -> dict[str, Any]:
     return {"rounds": rounds, "seconds": seconds, "cpus": len(os.sched_getaffinity(0)), "rows": rows}
 
 
+def compare(data: dict[str, Any]) -> str:
+    """Main CPU per batch, the other tree against this one: medians, ratio, per-round ratio range."""
+    this = {
+        (r["part"], r["vec_env"], r["n_envs"], r["n_workers"]): r for r in data["rows"] if r["tree"] == "this"
+    }
+    lines = [
+        "| configuration | n_envs / n_workers | main CPU per batch, against (µs) | this tree (µs) "
+        "| against / this | per-round range |",
+        "|---|---|---|---|---|---|",
+    ]
+    for other in (r for r in data["rows"] if r["tree"] != "this"):
+        key = (other["part"], other["vec_env"], other["n_envs"], other["n_workers"])
+        mine = this[key]
+        per_round = [
+            a["main_cpu_us_per_batch"] / b["main_cpu_us_per_batch"]
+            for a, b in zip(other["samples"], mine["samples"])
+        ]
+        lines.append(
+            f"| {key[1]}{' (sleeping envs)' if key[0] == 'standin' else ''} | {key[2]} / {key[3]} "
+            f"| {other['main_cpu_us_per_batch']:,.0f} | {mine['main_cpu_us_per_batch']:,.0f} "
+            f"| {other['main_cpu_us_per_batch'] / mine['main_cpu_us_per_batch']:.2f}x "
+            f"| {min(per_round):.2f}-{max(per_round):.2f}x |"
+        )
+    return "\n".join(lines)
+
+
 def plot(data: dict[str, Any]) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 6))
     cpu = [r for r in data["rows"] if r["part"] == "cpu"]
-    labels = [f"{r['vec_env']}\n{r['n_envs']}/{r['n_workers'] or r['n_envs']}" for r in cpu]
+    # SubprocVecEnv and AsyncVectorEnv run one process per env, DummyVecEnv none: n_envs alone.
+    labels = [f"{r['vec_env']} {r['n_envs']}" + (f"/{r['n_workers']}" if r["n_workers"] else "") for r in cpu]
     values = [r["main_cpu_us_per_batch"] for r in cpu]
     errs = [
         [v - r["main_cpu_us_per_batch_range"][0] for v, r in zip(values, cpu)],
@@ -173,7 +214,7 @@ def plot(data: dict[str, Any]) -> None:
     ]
     colors = ["tab:blue" if r["vec_env"].startswith("shm") else "tab:gray" for r in cpu]
     left.barh(range(len(cpu)), values, xerr=errs, color=colors)
-    left.set_yticks(range(len(cpu)), labels, fontsize=6)
+    left.set_yticks(range(len(cpu)), labels, fontsize=8)
     left.invert_yaxis()
     left.set_xscale("log")
     left.set_xlabel("main-process CPU per batch step (µs, log)")
@@ -201,6 +242,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=2.0, help="measuring time per run (s)")
     parser.add_argument("--json", type=Path, default=RESULTS)
     parser.add_argument("--plot-only", action="store_true")
+    parser.add_argument(
+        "--against", help="a checkout of another commit: its shmvec side by side with this one"
+    )
     parser.add_argument("--one", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
@@ -210,7 +254,13 @@ def main() -> None:
         plot(json.loads(args.json.read_text()))
         return
     parts = ["cpu", "standin"] if args.part == "both" else [args.part]
-    data = run(parts, args.rounds, args.seconds)
+    data = run(parts, args.rounds, args.seconds, args.against)
+    if args.against:
+        path = args.json.with_name("scale_against.json") if args.json == RESULTS else args.json
+        path.write_text(json.dumps(data, indent=1) + "\n")
+        print(compare(data))
+        print(f"wrote {path}")
+        return
     args.json.write_text(json.dumps(data, indent=1) + "\n")
     plot(data)
     print(f"wrote {args.json} and {PLOT}")

@@ -23,6 +23,7 @@ from shmvec.errors import (
     ObservationError,
     SharedMemoryTooSmallError,
     ShmVecEnvError,
+    SpaceMismatchError,
     UnsupportedSpaceError,
     WorkerCrashedError,
 )
@@ -44,6 +45,7 @@ __all__ = [
     "ShmVecEnv",
     "ShmVecEnvError",
     "ShmVectorEnv",
+    "SpaceMismatchError",
     "UnsupportedSpaceError",
     "WorkerCrashedError",
     "__version__",

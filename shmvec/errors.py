@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from gymnasium.error import ClosedEnvironmentError
+
 
 def install_hint(extra: str) -> str:
     """How to install one of shmvec's extras, from PyPI and from a clone of the repository:
@@ -202,10 +204,11 @@ class SharedMemoryTooSmallError(ShmVecEnvError, MemoryError):
     """``/dev/shm`` has less free space than the ring buffer needs. Raised before any worker starts."""
 
 
-class ClosedError(ShmVecEnvError):
+class ClosedError(ShmVecEnvError, ClosedEnvironmentError):
     """The VecEnv was used after ``close()``, or after a failure closed it (a worker that died or
-    hung, or a restart budget spent); the message says which of the two. Build it with
-    :meth:`because`."""
+    hung, or a restart budget spent); the message says which of the two. Also a
+    ``gymnasium.error.ClosedEnvironmentError``, what Gymnasium's vector envs raise then. Build it
+    with :meth:`because`."""
 
     @classmethod
     def because(cls, owner: str, by_close: bool) -> ClosedError:

@@ -25,7 +25,7 @@ from shmvec.engine.build import build
 from shmvec.engine.core import Engine
 from shmvec.engine.options import Options
 from shmvec.errors import ShmVecEnvError
-from shmvec.memory.layout import assemble
+from shmvec.memory.layout import assemble, terminal_leaves
 from shmvec.wire import messages as m
 
 
@@ -135,7 +135,8 @@ class ShmVecEnv(VecEnv):
             arrays = self._device.obs(arrays)
         return assemble(self.observation_space, arrays)
 
-    def _final_obs(self, leaves: list[np.ndarray]) -> VecEnvObs:
+    def _final_obs(self, leaves: list[np.ndarray], reset_info: dict[str, Any] | None) -> VecEnvObs:
+        leaves = terminal_leaves(leaves, reset_info)
         if self._device is not None:
             leaves = self._device.final(leaves)
         return assemble(self.observation_space, leaves)
@@ -171,10 +172,11 @@ class ShmVecEnv(VecEnv):
         for i, info in batch.infos.items():  # the env's own keys first, as DummyVecEnv has them
             info["TimeLimit.truncated"] = time_limit[i]
             infos[i] = info
+        for i, final in batch.finals.items():
+            reset_info = batch.reset_infos.get(i)
+            infos[i]["terminal_observation"] = self._final_obs(final, reset_info)
         for i, reset_info in batch.reset_infos.items():
             self.reset_infos[i] = reset_info
-        for i, final in batch.finals.items():
-            infos[i]["terminal_observation"] = self._final_obs(final)
         rewards = batch.rewards.astype(self.reward_dtype)
         if self._device is not None:
             rewards, dones = self._device.field("rewards", rewards), self._device.field("flags", dones)

@@ -25,7 +25,7 @@ from shmvec.engine.core import Engine
 from shmvec.engine.flights import FIRST_READY, POOL_ORDERS, pool_workers
 from shmvec.engine.groups import usable_cpus
 from shmvec.engine.options import Options
-from shmvec.memory.layout import assemble
+from shmvec.memory.layout import assemble, terminal_leaves
 from shmvec.vector_pool import PoolMethods, batch_infos
 from shmvec.wire import messages as m
 
@@ -130,6 +130,7 @@ class ShmVectorEnv(PoolMethods, VectorEnv):
         self._device = engine.device  # device=: observations as torch tensors (shmvec.device)
         objects = engine.reader.objects
         self._object_leaves = frozenset(() if objects is None else objects.index)
+        self._batched_action_spaces = {self.num_envs: self.action_space}
         try:
             metadata, self.render_mode = (self._call_first(name) for name in ("metadata", "render_mode"))
         except BaseException:
@@ -145,6 +146,18 @@ class ShmVectorEnv(PoolMethods, VectorEnv):
     def closed(self) -> bool:  # type: ignore[override]
         """True once :meth:`close` was called or a failure closed the env."""
         return self._engine is None or self._engine.closed
+
+    @property
+    def np_random_seed(self) -> tuple[int, ...]:  # type: ignore[override]
+        """Each env's ``np_random_seed``, in env order: a tuple, as SyncVectorEnv and AsyncVectorEnv
+        return it (``get_attr("np_random_seed")``)."""
+        return self.get_attr("np_random_seed")
+
+    @property  # type: ignore[misc]  # read-only, as SyncVectorEnv's
+    def np_random(self) -> tuple[np.random.Generator, ...]:  # type: ignore[override]
+        """Copies of each env's ``np_random`` generator, in env order, as AsyncVectorEnv returns them
+        (drawing from a copy leaves the env's own generator as it was)."""
+        return self.get_attr("np_random")
 
     @property
     def actors(self) -> list[Any]:
@@ -179,7 +192,8 @@ class ShmVectorEnv(PoolMethods, VectorEnv):
             arrays = [tuple(a) if j in self._object_leaves else a for j, a in enumerate(arrays)]
         return assemble(self.single_observation_space, arrays)
 
-    def _final_obs(self, leaves: list[Any]) -> Any:
+    def _final_obs(self, leaves: list[Any], reset_info: dict[str, Any] | None) -> Any:
+        leaves = terminal_leaves(leaves, reset_info)
         if self._device is not None:
             leaves = self._device.final(leaves)
         return assemble(self.single_observation_space, leaves)
@@ -239,9 +253,12 @@ class ShmVectorEnv(PoolMethods, VectorEnv):
         return seeds
 
     def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
-        """Step every env with its action (``actions[i]``); SyncVectorEnv's ``(obs, rewards,
-        terminations, truncations, infos)``.
+        """Step every env with its action; SyncVectorEnv's ``(obs, rewards, terminations, truncations,
+        infos)``.
 
+        :param actions: a batch of :attr:`action_space`, split per env as SyncVectorEnv splits it:
+            ``actions[i]`` for an array space, the ``i``-th element of every leaf for a Tuple or
+            Dict space (see :func:`shmvec.vector_pool.per_env_actions`).
         :raises ValueError: if there are not ``num_envs`` actions (before any env steps).
         :raises RuntimeError: in pool mode (``batch_size < num_envs``).
         """
@@ -259,7 +276,7 @@ class ShmVectorEnv(PoolMethods, VectorEnv):
                 f"step() needs every env; with batch_size={self.batch_size} < num_envs={self.num_envs} "
                 "use send()/recv() (pool mode)"
             )
-        self._eng.send(actions)
+        self._eng.send(self._engine_actions(actions, self.num_envs))
 
     def step_wait(
         self, timeout: float | None = None

@@ -19,14 +19,43 @@ conventions (infos as a dict of arrays over the batch, with ``_key`` masks).
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+from gymnasium import spaces
 from gymnasium.vector import VectorEnv
+from gymnasium.vector.utils import batch_space, iterate
 
 from shmvec.engine.batch import Batch
 from shmvec.engine.core import Engine
+from shmvec.memory.layout import ARRAY_SPACES
+
+#: ``final_obs(arrays, reset_info)``: a terminal observation from its leaf arrays and the reset info
+#: of the same step (see :func:`shmvec.memory.layout.terminal_leaves`).
+FinalObs = Callable[[list[np.ndarray], dict[str, Any]], Any]
+
+
+def per_env_actions(batched_space: spaces.Space, actions: Any) -> list[Any]:
+    """The per-env actions of ``actions``, a batch of ``batched_space`` (``batch_space(single_action_space,
+    n)``), split exactly as ``gymnasium.vector.SyncVectorEnv.step`` splits them (Gymnasium's
+    ``iterate``): every leaf of a Tuple or Dict batch, nested ones too, is split along its first axis
+    and env ``i`` gets the tuple or dict of the ``i``-th elements, of the types ``iterate`` gives.
+
+    :raises TypeError: for a leaf that cannot be split (e.g. a scalar where a batch is due).
+    :raises ValueError: for a batch that does not have the space's structure (a Dict key missing,
+        a Tuple part missing, leaves of different lengths).
+    """
+    try:
+        return list(iterate(batched_space, actions))
+    except TypeError as e:
+        raise TypeError(f"actions must be a batch of {batched_space}: {e}") from e
+    except (KeyError, IndexError, ValueError) as e:
+        raise ValueError(
+            f"actions must be a batch of {batched_space} (each leaf batched over the envs, as "
+            f"action_space.sample() returns it): {type(e).__name__}: {e}"
+        ) from e
 
 
 class _BatchInfos:
@@ -38,7 +67,7 @@ class _BatchInfos:
         self.num_envs = n
 
 
-def batch_infos(owner: Any, batch: Batch, final_obs: Callable[[list[np.ndarray]], Any] | None = None) -> dict:
+def batch_infos(owner: Any, batch: Batch, final_obs: FinalObs | None = None) -> dict:
     """Gymnasium's infos of ``batch``: a dict of arrays over its positions with ``_key`` masks, as
     ``SyncVectorEnv`` builds them. ``final_obs``: same-step autoreset (the terminal step's info and
     observation under ``final_info`` / ``final_obs``, then the reset's info, as AsyncVectorEnv lays
@@ -65,10 +94,11 @@ def batch_infos(owner: Any, batch: Batch, final_obs: Callable[[list[np.ndarray]]
         for pos in sorted(per_env.keys() | batch.finals.keys()):
             info = per_env.get(pos, {})
             if pos in batch.finals and final_obs is not None:
+                reset_info = batch.reset_infos.get(pos, {})
                 info = {
                     "final_info": info,
-                    "final_obs": final_obs(batch.finals[pos]),
-                    **batch.reset_infos.get(pos, {}),
+                    "final_obs": final_obs(batch.finals[pos], reset_info),
+                    **reset_info,
                 }
             infos = sized._add_info(infos, info, pos)
     if batch.env_ids is not None:
@@ -82,6 +112,8 @@ class PoolMethods:
 
     num_envs: int
     batch_size: int
+    single_action_space: spaces.Space
+    _batched_action_spaces: dict[int, spaces.Space]  # n -> batch_space(single_action_space, n)
 
     def _seeds(self, seed: int | Sequence[int | None] | None) -> list[int | None]:
         raise NotImplementedError
@@ -95,6 +127,18 @@ class PoolMethods:
     @property
     def _eng(self) -> Engine:
         raise NotImplementedError
+
+    def _engine_actions(self, actions: Any, n: int) -> Any:
+        """``actions`` for ``n`` envs as the engine takes them: a batch of array actions unchanged
+        (it travels in the ring's typed action buffer, or the engine slices it per env: the same
+        elements ``iterate`` gives); a batch of any other space split by :func:`per_env_actions`."""
+        if isinstance(self.single_action_space, ARRAY_SPACES):
+            return actions
+        # batch_space takes ~0.3 ms for a small Dict: pool mode sends over the same few sizes.
+        space = self._batched_action_spaces.get(n)
+        if space is None:
+            space = self._batched_action_spaces[n] = batch_space(self.single_action_space, n)
+        return per_env_actions(space, actions)
 
     def async_reset(
         self, seed: int | Sequence[int | None] | None = None, options: dict[str, Any] | None = None
@@ -113,8 +157,10 @@ class PoolMethods:
         A worker steps its envs (a group of ``num_envs / n_workers``) together, once every env of the
         group has its action: send whole groups (a batch from :meth:`recv` always is).
 
-        :param actions: one action per env of ``env_ids`` (an array of ``(len(env_ids), ...)`` or a
-            sequence); the caller may reuse it afterwards.
+        :param actions: one action per env of ``env_ids``: a batch of
+            ``batch_space(single_action_space, len(env_ids))`` (for a Tuple or Dict action space each
+            leaf batched, as ``SyncVectorEnv.step`` takes it; for array spaces an array of
+            ``(len(env_ids), ...)`` or a sequence); the caller may reuse it afterwards.
         :param env_ids: the envs (ints in ``0..num_envs-1``); default None: the batch :meth:`recv`
             returned last.
         :raises ValueError: for a bad ``env_ids`` or action count, or an env whose previous step was
@@ -127,6 +173,11 @@ class PoolMethods:
                 raise ValueError(
                     "send(): no batch to answer (env_ids=None): call recv() first, or pass env_ids"
                 )
+        if not isinstance(self.single_action_space, ARRAY_SPACES):
+            # Copies: the envs of a group whose other envs have no action yet keep theirs until
+            # then, and the caller may reuse its batch meanwhile.
+            n = len(engine.flights.check_ids(env_ids))
+            actions = copy.deepcopy(self._engine_actions(actions, n))
         engine.send(actions, env_ids)
         if engine.flights.last_ids is env_ids:
             engine.flights.last_ids = None
@@ -156,4 +207,4 @@ class PoolMethods:
         return (self._obs(batch.obs), *self._fields(batch.rewards, batch.terminated, batch.truncated), infos)
 
 
-__all__ = ["PoolMethods", "batch_infos"]
+__all__ = ["PoolMethods", "batch_infos", "per_env_actions"]

@@ -9,7 +9,10 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parent.parent / "shmvec"
+import shmvec
+
+# The package that is imported, not a path next to the tests: CI runs these tests against the wheel.
+PACKAGE = Path(shmvec.__file__).resolve().parent
 
 
 def _module_name(path: Path) -> str:
@@ -89,6 +92,8 @@ FORBIDDEN = {
     "shmvec.wire": ("shmvec.engine", "shmvec.transports", "shmvec.worker", "shmvec.memory", "shmvec.codecs"),
     "shmvec.worker": ("shmvec.engine", "shmvec.transports", "shmvec.vec_env", "shmvec.vector_env"),
     "shmvec.transports": ("shmvec.engine", "shmvec.vec_env", "shmvec.vector_env", "shmvec.vector_pool"),
+    # device= converters: below the engine (which makes and closes them), above memory only.
+    "shmvec.device": ("shmvec.codecs", "shmvec.engine", "shmvec.transports", "shmvec.worker", "shmvec.wire", "shmvec.vec"),
     "shmvec.engine": ("shmvec.vec_env", "shmvec.vector_env", "shmvec.vector_pool", "shmvec.bench"),
 }
 

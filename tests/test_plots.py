@@ -20,6 +20,7 @@ OTHER_PICTURES = {
     "pong.png": "--plot docs/img/pong.png",
     "synth512_1ms.png": "--plot docs/img/synth512_1ms.png",
     "learning_curve.png": "python benchmarks/learning_curve.py --from-json benchmarks/results/learning_curve.json",
+    "main_cpu.png": "python benchmarks/scale.py --plot-only",
 }
 
 

@@ -98,3 +98,89 @@ class OptionsRecorderEnv(gym.Env):
 
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
         return np.zeros(1, np.float32), 0.0, False, False, {}
+
+
+class ActionEchoEnv(gym.Env):
+    """Keeps every action it gets (``received``, read back with ``get_attr``) and shows it in its
+    observation, reward and info, so an action that reaches the wrong env, or in another form, changes
+    the results. Episodes of random length end by termination or by truncation.
+
+    :param action_space: any space ``gymnasium.spaces.flatten`` takes (Tuple, Dict, nested...).
+    """
+
+    def __init__(self, action_space: spaces.Space, max_len: int = 4) -> None:
+        self.action_space = action_space
+        size = spaces.flatdim(action_space) + 1
+        self.observation_space = spaces.Box(-np.inf, np.inf, (size,), np.float64)
+        self.max_len = max_len
+        self.received: list[Any] = []
+        self.t = self.len = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        self.len = int(self.np_random.integers(1, self.max_len + 1))
+        return np.full(self.observation_space.shape, -1.0), {"len": self.len}
+
+    def step(self, action):
+        self.received.append(copy.deepcopy(action))
+        self.t += 1
+        flat = spaces.flatten(self.action_space, action).astype(np.float64)
+        obs = np.concatenate([flat, [self.np_random.random()]])
+        ended = self.t >= self.len
+        terminated = ended and bool(self.np_random.random() < 0.5)
+        reward = float(flat @ np.arange(1, flat.size + 1))
+        return (
+            obs,
+            reward,
+            terminated,
+            ended and not terminated,
+            {"t": self.t, "action": copy.deepcopy(action)},
+        )
+
+
+class ScalarLeavesEnv(gym.Env):
+    """Observation leaves of the types envs really return, which shared memory alone does not keep:
+    a Python ``int`` (Discrete), an ``np.int64`` (Discrete), a 0-d float32 array (a shape-() Box) and
+    a float64 array for a float32 Box; plus a uint8 frame of the space's dtype. ``dict_obs=False``:
+    only the Python ``int`` (a counter, as toy-text envs return theirs). Episodes of 2-4 steps."""
+
+    def __init__(self, dict_obs: bool = True) -> None:
+        count = spaces.Discrete(10)
+        self.observation_space: spaces.Space = count
+        if dict_obs:
+            self.observation_space = spaces.Dict(
+                {
+                    "count": count,
+                    "draw": spaces.Discrete(3),
+                    "level": spaces.Box(0.0, 1.0, (), np.float32),
+                    "pos": spaces.Box(-1.0, 1.0, (2,), np.float32),
+                    "frame": spaces.Box(0, 255, (3, 4), np.uint8),
+                }
+            )
+        self.action_space = spaces.Discrete(2)
+        self.dict_obs = dict_obs
+        self.t = self.len = 0
+
+    def _obs(self) -> Any:
+        if not self.dict_obs:
+            return self.t
+        rng = self.np_random
+        return {
+            "count": self.t,
+            "draw": rng.integers(3),
+            "level": np.array(rng.random(), np.float32),
+            "pos": rng.uniform(-1, 1, 2),
+            "frame": rng.integers(0, 256, (3, 4), dtype=np.uint8),
+        }
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        self.len = int(self.np_random.integers(2, 5))
+        return self._obs(), {}
+
+    def step(self, action):
+        self.t += 1
+        ended = self.t >= self.len
+        return self._obs(), float(action), ended and self.t % 2 == 0, ended and self.t % 2 == 1, {}

@@ -61,11 +61,17 @@ def make_transport(
     options: Options, ctx: Any, start_method: str, worker_envs: list[range], env_fns: list[Callable[[], Any]]
 ) -> Transport:
     """The transport of ``options.backend``: local processes, or Ray actors (imports Ray)."""
-    args = (worker_envs, env_fns, options.worker_threads, options.timeout, options.isolate_rng)
     if options.backend == "ray":
         from shmvec.transports.ray.transport import RayTransport  # imports Ray: only for this backend
 
+        args = (worker_envs, env_fns, options.worker_threads, options.timeout, options.isolate_rng)
         return RayTransport(*args, ray_options=options.ray_options)
     from shmvec.transports.local import LocalTransport
+    from shmvec.transports.processes import Processes
 
-    return LocalTransport(ctx, start_method, *args, worker_cpus=options.worker_cpus)  # type: ignore[arg-type]
+    # worker_cpus="auto" was resolved to a list of CPUs by Options.checked().
+    cpus: Any = options.worker_cpus
+    procs = Processes(
+        ctx, start_method, worker_envs, env_fns, options.worker_threads, options.isolate_rng, cpus
+    )
+    return LocalTransport(procs, options.timeout)

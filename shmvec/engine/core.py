@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from shmvec.device import HostTensors, device_for
+from shmvec.device import HostTensors
 from shmvec.engine import startup
 from shmvec.engine.batch import Batch
 from shmvec.engine.faults import Phase, Verdict, judge
@@ -88,7 +88,7 @@ class Engine:
             self.attach_msg = m.Attach(layout.ring.spec, layout.codecs, options.verify_every)
             outcome = startup.attach(transport, range(self.n_workers), *self.messages())
             self.carry_out(judge(outcome, False, Phase.START_UP, self.worker_envs), Phase.START_UP)
-            self.device = device_for(options, layout, self.slots)
+            self.device = startup.converter(options, layout, self.slots)
         except BaseException:
             self.give_up()
             raise

@@ -100,7 +100,7 @@ class Options:
     """With a CUDA ``device``: register the ring's pages with CUDA once at start-up (unregistered at
     ``close()``) so that every batch is copied asynchronously straight from the ring. None (default):
     if CUDA refuses, warn and copy from pageable memory (same results, slower). True: refuse to start
-    instead. False: never register. See :mod:`shmvec.pinning`."""
+    instead. False: never register. See :mod:`shmvec.device.pinning`."""
     # ---------------------------------------------------------------- envs
     autoreset: str = "same_step"
     """Internal: set by the face. ``"same_step"`` (an env whose episode ends is reset in the same
@@ -204,9 +204,9 @@ class Options:
         """Check ``device``, ``device_fields`` and ``pin_memory`` (build() does, before any worker starts,
         the ``n_workers="auto"`` probe's included); imports torch only when ``device`` is given.
 
-        :raises ValueError, TypeError, ImportError: see :func:`shmvec.device.check_device`.
+        :raises ValueError, TypeError, ImportError: see :func:`shmvec.device.checks.check_device`.
         """
-        from shmvec.device import check_device
+        from shmvec.device.checks import check_device
 
         check_device(self.device, self.device_fields, self.pin_memory)
 

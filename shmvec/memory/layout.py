@@ -17,7 +17,8 @@ observation has the key order SB3 expects.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import copy
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import singledispatch
 from typing import Any
@@ -146,9 +147,41 @@ def _unflatten_tuple(space: spaces.Tuple, arrays: Iterator[Any]) -> tuple[Any, .
     return tuple(unflatten(sub, arrays) for sub in space.spaces)
 
 
+#: Key, in the reset info of a same-step autoreset, of the terminal observation's leaves that the
+#: ring cannot give back as the env returned them (:func:`leaves_as_returned`); the faces take it out.
+AS_RETURNED = "shmvec.terminal_leaves"
+
+
+def leaves_as_returned(leaves_: list[Leaf], values: list[Any], skip: Sequence[int] = ()) -> dict[int, Any]:
+    """``{leaf index: value}`` for the leaf values that reading the ring back would change: anything
+    but an ``np.ndarray`` of the leaf's dtype with at least one axis (a Python ``int`` or a numpy
+    scalar for a Discrete, a 0-d array, a list, float64 values for a float32 Box), but for the leaves
+    of ``skip`` (object leaves: they travel as returned anyway). Copies, since an env may reuse and
+    change them in its next ``reset``. Most envs return none of these: empty."""
+    return {
+        k: copy.deepcopy(v)
+        for k, (leaf, v) in enumerate(zip(leaves_, values))
+        if k not in skip and (type(v) is not np.ndarray or v.ndim == 0 or v.dtype != leaf.dtype)
+    }
+
+
+def terminal_leaves(arrays: list[Any], reset_info: dict[str, Any] | None) -> list[Any]:
+    """The leaves of the terminal observation of a same-step autoreset, element types included, as
+    the env returned it: the leaf ``arrays`` read from the ring, but for the leaves the worker sent
+    under :data:`AS_RETURNED` in ``reset_info`` (taken out of it). The faces assemble them."""
+    returned = reset_info.pop(AS_RETURNED, None) if reset_info else None
+    if returned:
+        arrays = [returned.get(k, a) for k, a in enumerate(arrays)]
+    return arrays
+
+
+#: Spaces whose values are arrays (a batch of them is one array, one row per env).
+ARRAY_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
+
+
 def array_action_leaf(action_space: spaces.Space) -> Leaf | None:
     """The leaf of an array-shaped action space (a typed buffer can carry it), else None."""
-    if isinstance(action_space, (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)):
+    if isinstance(action_space, ARRAY_SPACES):
         return leaves(action_space)[0]
     return None
 

@@ -18,7 +18,7 @@ import math
 import os
 import select
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from contextlib import suppress
 from multiprocessing.connection import Connection
 from typing import Any
@@ -42,33 +42,15 @@ _WAKE, _PIPE, _SENTINEL = 0, 1, 2
 class LocalTransport:
     """The worker processes of one engine, and what reaches them.
 
-    :param ctx: the multiprocessing context.
-    :param start_method: its name (for error hints and whether factories are pickled).
-    :param worker_envs: the env indices of each worker.
-    :param env_fns: all env factories.
-    :param worker_threads: BLAS/OpenMP threads per worker (None: the libraries' defaults).
+    :param procs: the worker processes to start (their factories, start method, threads, CPUs).
     :param timeout: seconds a reply may take (None: no limit; a dead worker is noticed at once).
-    :param isolate_rng: give each env its own process-global RNG state in its worker.
-    :param worker_cpus: the CPU of each worker (None: the OS places them).
     """
 
-    def __init__(
-        self,
-        ctx: Any,
-        start_method: str,
-        worker_envs: list[range],
-        env_fns: list[Callable[[], Any]],
-        worker_threads: int | None,
-        timeout: float | None,
-        isolate_rng: bool = False,
-        worker_cpus: Sequence[int] | None = None,
-    ) -> None:
+    def __init__(self, procs: Processes, timeout: float | None) -> None:
         check_available()
-        self.worker_envs, self.timeout, self.start_method = worker_envs, timeout, start_method
-        self.procs = Processes(
-            ctx, start_method, worker_envs, env_fns, worker_threads, isolate_rng, worker_cpus
-        )
-        n = len(worker_envs)
+        self.procs, self.timeout = procs, timeout
+        self.worker_envs, self.start_method = procs.worker_envs, procs.start_method
+        n = len(self.worker_envs)
         # An eventfd in a Connection: every start method knows how to hand a Connection to a child.
         self.res = Resources(Connection(os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)))
         self.res.attached = [False] * n

@@ -22,7 +22,16 @@ import numpy as np
 
 from shmvec.errors import ObservationError
 from shmvec.memory.infos import InfoColumns
-from shmvec.memory.layout import Leaf, check_finite, flatten, inf_allowed, leaves, write_leaf
+from shmvec.memory.layout import (
+    AS_RETURNED,
+    Leaf,
+    check_finite,
+    flatten,
+    inf_allowed,
+    leaves,
+    leaves_as_returned,
+    write_leaf,
+)
 from shmvec.memory.ring import Ring
 from shmvec.wire import messages as m
 from shmvec.worker.envapi import check_reset, check_step, has_wrapper_attr, is_wrapped, make_env
@@ -46,6 +55,7 @@ class EnvGroup:
         self.first_env = first_env
         self.current: int | None = None  # local index of the env being called, for error reports
         self.space = envs[0].observation_space
+        self.every: list[Leaf] = []  # every leaf of the observation space
         self.leaves: list[Leaf] = []  # the fixed-size leaves (in the ring)
         self.objects: list[int] = []  # positions (in leaves() order) of the object leaves, if any
         self.ring: Ring | None = None
@@ -67,7 +77,7 @@ class EnvGroup:
         """Map the ring (``ring``: a Ray actor's private ring of this worker's envs only, rows from 0,
         instead of the spec's) and set up an encoder per encoded leaf."""
         # The main process has checked the space can be laid out before sending the ring.
-        every = leaves(self.space)
+        self.every = every = leaves(self.space)
         self.objects = [j for j, leaf in enumerate(every) if not leaf.fixed]
         self.leaves = [leaf for leaf in every if leaf.fixed]
         self.ring = Ring.attach(msg.spec) if ring is None else ring
@@ -116,9 +126,10 @@ class EnvGroup:
             self.next_seeds = list(msg.reset_seeds)
         return m.Returned()
 
-    def write(self, dst: list[np.ndarray], i: int, obs: Any, terminal: bool = False) -> list[Any] | None:
-        """Write env ``i``'s observation ``obs`` into ``dst`` (one array per fixed-size leaf); the
-        values of its object leaves, which the ring has no place for (None: the space has none)."""
+    def write(self, dst: list[np.ndarray], i: int, obs: Any, terminal: bool = False) -> list[Any]:
+        """Write env ``i``'s observation ``obs`` into ``dst`` (one array per fixed-size leaf); all its
+        leaf values, in :func:`~shmvec.memory.layout.leaves` order (the object leaves' values too,
+        which the ring has no place for)."""
         env_index = self.first_env + i
         values = flatten(self.space, obs, [])
         if self.finite_rules is not None:
@@ -127,13 +138,10 @@ class EnvGroup:
             found = check_finite(arrays, self.finite_rules, self.names)
             if found is not None:
                 raise ObservationError(f"env {env_index}, {'terminal ' if terminal else ''}{found[1]}")
-        objects = None
-        if self.objects:
-            objects = [values[j] for j in self.objects]
-            values = [v for j, v in enumerate(values) if j not in self.objects]
-        for leaf, arr, value in zip(self.leaves, dst, values):
+        fixed = [v for j, v in enumerate(values) if j not in self.objects] if self.objects else values
+        for leaf, arr, value in zip(self.leaves, dst, fixed):
             write_leaf(arr, i, value, leaf, env_index)
-        return objects
+        return values
 
     def step(self, msg: m.Step) -> m.Stepped:
         slot = msg.slot
@@ -171,12 +179,17 @@ class EnvGroup:
                     if same_step:
                         # The terminal observation goes to its own area before the reset obs fills
                         # the slot, and the info is copied: an env may reuse and mutate both in reset().
-                        final = self.write(self.final, i, obs, terminal=True)
-                        if final is not None:
+                        values = self.write(self.final, i, obs, terminal=True)
+                        if self.objects:
                             final_objects = final_objects or {}
-                            final_objects[i] = copy.deepcopy(final)
+                            final_objects[i] = copy.deepcopy([values[j] for j in self.objects])
                         info = copy.deepcopy(info)
+                        # Leaves the ring would give back changed (an int as np.int64...) travel
+                        # as the env returned them: the faces' final observation is the env's.
+                        returned = leaves_as_returned(self.every, values, self.objects)
                         obs, reset_info = check_reset(env.reset(), self.first_env + i)
+                        if returned:
+                            reset_info = {**reset_info, AS_RETURNED: returned}
                         self._restart_codecs(i)
                     elif self.autoreset == "next_step":
                         ended[i] = True
@@ -184,7 +197,7 @@ class EnvGroup:
                 rngs.leave(i)
             values = self.write(obs_slot, i, obs)
             if objects is not None:
-                objects[i] = values  # type: ignore[assignment]
+                objects[i] = [values[j] for j in self.objects]
             rewards[i] = reward
             terminated[i] = term
             truncated[i] = trunc
@@ -219,7 +232,7 @@ class EnvGroup:
             self._restart_codecs(i)
             values = self.write(obs_slot, i, obs)
             if objects is not None:
-                objects[i] = values  # type: ignore[assignment]
+                objects[i] = [values[j] for j in self.objects]
             infos.append(info)
         self.current = None
         return m.ResetDone(infos, objects)

@@ -1,0 +1,150 @@
+"""Gymnasium's own ``tests/vector`` suite, run with :class:`shmvec.ShmVectorEnv` in place of
+``gymnasium.vector.AsyncVectorEnv``.
+
+Gymnasium's tests are not copied here: point the script at a checkout of Gymnasium's repository at
+the installed version (the PyPI sdist has no tests), e.g.::
+
+    git clone https://github.com/Farama-Foundation/Gymnasium /tmp/gymnasium-src
+    # the installed version's tag where the clone has it (the counts in the docs: 3f0476a8c)
+    git -C /tmp/gymnasium-src checkout v$(python -c 'import gymnasium; print(gymnasium.__version__)')
+    flock /tmp/shmvec-cpu.lock python benchmarks/gymnasium_suite.py /tmp/gymnasium-src
+    python benchmarks/gymnasium_suite.py /tmp/gymnasium-src --unmodified   # the reference counts
+
+Only the checkout's ``tests/`` is used (through a link in a temporary directory); ``gymnasium`` itself is the installed one (the one shmvec
+runs on). Before collection the script replaces ``gymnasium.vector.AsyncVectorEnv`` (and so
+``gymnasium.make_vec(..., vectorization_mode="async")``) with :class:`AsyncVectorEnvOnShm`, which
+translates AsyncVectorEnv's constructor arguments to ShmVectorEnv's. It prints pytest's summary and
+the failed and errored test ids (``--json FILE`` writes every test's outcome, to compare two runs).
+The tests expected to differ, and why, are listed in ``docs/migration/asyncvectorenv.md``.
+Extra arguments go to pytest (e.g. ``-k autoreset``, ``-x``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import pytest
+from gymnasium.vector import AutoresetMode
+
+from shmvec import ShmVectorEnv
+
+
+class AsyncVectorEnvOnShm(ShmVectorEnv):
+    """A ShmVectorEnv built from ``AsyncVectorEnv``'s constructor arguments.
+
+    ``shared_memory``: ignored (observations always travel in shared memory; what cannot is
+    refused). ``copy``: the same meaning. ``context``: the start method. ``daemon``: ignored
+    (workers always stop with the main process). ``max_concurrency``: the number of worker processes
+    (each steps its envs one after another). ``worker`` (a replacement worker loop) and an
+    ``observation_mode`` other than ``"same"`` have no equivalent: TypeError.
+    """
+
+    def __init__(
+        self,
+        env_fns: Sequence[Callable[[], gym.Env]],
+        shared_memory: bool = True,
+        copy: bool = True,
+        context: str | None = None,
+        daemon: bool = True,
+        worker: Callable[..., None] | None = None,
+        observation_mode: Any = "same",
+        autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
+        max_concurrency: int | None = None,
+    ) -> None:
+        if worker is not None:
+            raise TypeError("ShmVectorEnv has no replaceable worker loop (AsyncVectorEnv's `worker`)")
+        if not (isinstance(observation_mode, str) and observation_mode == "same"):
+            raise TypeError(
+                f"ShmVectorEnv needs envs with equal spaces, not observation_mode={observation_mode!r}"
+            )
+        env_fns = list(env_fns)
+        n_workers = None if max_concurrency is None else min(int(max_concurrency), len(env_fns))
+        super().__init__(
+            env_fns, autoreset_mode=autoreset_mode, copy=copy, start_method=context, n_workers=n_workers
+        )
+        self.shared_memory, self.context, self.daemon = shared_memory, context, daemon
+
+
+class Outcomes:
+    """Pytest plugin: the outcome of every test (its call phase, or the phase that failed first)."""
+
+    def __init__(self) -> None:
+        self.by_test: dict[str, str] = {}
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.failed:
+            outcome = "failed" if report.when == "call" else "error"
+            self.by_test.setdefault(report.nodeid, outcome)
+        elif report.skipped or report.when == "call":
+            self.by_test.setdefault(report.nodeid, report.outcome)
+
+
+def substitute() -> None:
+    """``gymnasium.vector.AsyncVectorEnv`` becomes :class:`AsyncVectorEnvOnShm`, where test modules
+    (``from gymnasium.vector import AsyncVectorEnv``) and ``gymnasium.make_vec`` look it up."""
+    AsyncVectorEnvOnShm.__name__ = AsyncVectorEnvOnShm.__qualname__ = "AsyncVectorEnv"
+    gym.vector.AsyncVectorEnv = AsyncVectorEnvOnShm  # type: ignore[misc]
+    gym.vector.async_vector_env.AsyncVectorEnv = AsyncVectorEnvOnShm  # type: ignore[misc]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("gymnasium_src", type=Path, help="a checkout of Gymnasium's repository")
+    parser.add_argument("--unmodified", action="store_true", help="run with Gymnasium's own AsyncVectorEnv")
+    parser.add_argument("--json", type=Path, help="write {test id: outcome} here")
+    args, pytest_args = parser.parse_known_args(argv)
+    src = args.gymnasium_src.resolve()
+    out = args.json.resolve() if args.json else None
+    if not (src / "tests" / "vector").is_dir():
+        parser.error(f"{src} has no tests/vector: pass the root of a Gymnasium checkout")
+    # Worker processes unpickle env factories defined in Gymnasium's test modules, so they import
+    # `tests.*` (forkserver and spawn workers read PYTHONPATH, not our sys.path): from a directory
+    # that holds only a link to the checkout's tests, or the checkout's own `gymnasium` package
+    # would shadow the installed one in the workers.
+    root = Path(tempfile.mkdtemp(prefix="gymnasium-tests-"))
+    (root / "tests").symlink_to(src / "tests")
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))
+    if not args.unmodified:
+        substitute()
+    outcomes = Outcomes()
+    os.chdir(root)
+    code = pytest.main(
+        [
+            "tests/vector",
+            "--rootdir",
+            str(root),
+            "-c",
+            str(src / "pyproject.toml"),
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            "--timeout",
+            "120",
+            *pytest_args,
+        ],
+        plugins=[outcomes],
+    )
+    not_passed = {t: o for t, o in outcomes.by_test.items() if o in ("failed", "error")}
+    for test, outcome in sorted(not_passed.items()):
+        print(f"  {outcome}: {test}")
+    counts = {o: list(outcomes.by_test.values()).count(o) for o in ("passed", "failed", "error", "skipped")}
+    print(("AsyncVectorEnv" if args.unmodified else "ShmVectorEnv as AsyncVectorEnv") + ":", counts)
+    if out:
+        out.write_text(json.dumps(outcomes.by_test, indent=1, sort_keys=True))
+    shutil.rmtree(root)
+    return int(code)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

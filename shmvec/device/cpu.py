@@ -1,0 +1,77 @@
+"""``device="cpu"``: observation leaves as tensors over the arrays the engine hands out (no copy)."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from shmvec.memory.layout import Leaf
+
+
+class HostTensors:
+    """``device="cpu"``: every fixed-size observation leaf as a tensor over the same memory
+    (``torch.from_numpy``); leaves without a fixed size (Text, Graph...) stay as the face gives them.
+
+    :param leaves: the observation leaves.
+    :param fields: the ``device_fields``.
+    """
+
+    def __init__(self, leaves: list[Leaf], fields: Sequence[str]) -> None:
+        import torch
+
+        self.torch = torch
+        self.fields = frozenset(fields)
+        self.fixed = [j for j, leaf in enumerate(leaves) if leaf.fixed]
+        self.every_leaf = len(self.fixed) == len(leaves)
+        for j in self.fixed:
+            try:
+                torch.from_numpy(np.zeros(0, leaves[j].dtype))
+            except TypeError:
+                raise ValueError(
+                    f"observation key {leaves[j].name or '(the observation)'!r} has dtype {leaves[j].dtype}, "
+                    "which torch tensors cannot hold; use device=None"
+                ) from None
+        # torch warns once per process that a read-only array (copy=False) makes a writable tensor;
+        # the guide says what not to do with them instead. Spend that one warning here.
+        readonly = np.zeros(1)
+        readonly.flags.writeable = False
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            torch.from_numpy(readonly)
+
+    def obs(self, arrays: list[Any]) -> list[Any]:
+        """The observation leaves of a batch as tensors (no copy)."""
+        from_numpy = self.torch.from_numpy
+        if self.every_leaf:
+            return [from_numpy(a) for a in arrays]
+        out = list(arrays)
+        for j in self.fixed:
+            out[j] = from_numpy(arrays[j])
+        return out
+
+    def final(self, arrays: list[Any]) -> list[Any]:
+        """Terminal observation leaves (copies already): tensors with ``"final_obs"``, else as given."""
+        return self.small_leaves(arrays) if "final_obs" in self.fields else arrays
+
+    def small_leaves(self, arrays: list[Any]) -> list[Any]:
+        """Leaves of a few envs (terminal observations) on the device, copied in the caller's stream."""
+        out = list(arrays)
+        for j in self.fixed:
+            out[j] = self.tensor(arrays[j])
+        return out
+
+    def tensor(self, array: np.ndarray) -> Any:
+        """A fresh array (rewards, flags, a terminal observation; a 0-d leaf of one env may be a numpy
+        scalar) as a tensor on the device."""
+        return self.torch.from_numpy(np.asarray(array))
+
+    def field(self, name: str, array: np.ndarray) -> Any:
+        """``array`` (fresh: rewards or flags) as a tensor when ``device_fields`` names ``name``."""
+        return self.tensor(array) if name in self.fields else array
+
+    def close(self) -> None:
+        """Release what the converter holds (nothing on the CPU)."""
