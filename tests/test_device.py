@@ -1,12 +1,15 @@
-"""``device="cpu"``: observations as torch tensors over the ring, equal to the numpy results array for
-array on both faces, lent by the same rules; option errors before any worker starts. The CUDA path's
-tests are in test_device_cuda.py (they need a GPU)."""
+"""``device=``: observations as torch tensors, equal to the numpy results array for array on both
+faces (``"cpu"`` everywhere, ``"cuda"`` where a GPU is: the same tests, skipped with the reason
+without one), ``"cpu"`` tensors lent by the same rules as numpy views; option errors before any
+worker starts. What only the CUDA path has (fences against a delayed copy, registered pages) is in
+test_device_cuda.py."""
 
 from __future__ import annotations
 
 import functools
 import subprocess
 import sys
+from contextlib import closing
 
 import numpy as np
 import pytest
@@ -24,6 +27,12 @@ from tests.object_envs import make_object_env
 IMAGE = functools.partial(SyntheticImageEnv, (12, 10, 3), episode_len=(2, 5))
 ACTIONS = np.zeros(3, np.int64)
 CPU = Expect("cpu")
+NO_CUDA = f"needs a CUDA GPU (torch {torch.__version__}, no CUDA device visible)"
+#: Where the equality tests run: the CPU always, a GPU when there is one.
+DEVICES = [
+    "cpu",
+    pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason=NO_CUDA)),
+]
 
 
 def _slot_addresses(env) -> set[int]:
@@ -34,60 +43,71 @@ def _slot_addresses(env) -> set[int]:
 # ---------------------------------------------------------------- the same results as numpy
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("copy", [True, False])
-@pytest.mark.parametrize("fns", [[IMAGE] * 3, [DictImageEnv] * 3, [TupleEnv] * 3], ids=["box", "dict", "tuple"])
-def test_sb3_face_tensors_equal_the_numpy_results(no_leaks, fns, copy):
+@pytest.mark.parametrize(
+    "fns", [[IMAGE] * 3, [DictImageEnv] * 3, [TupleEnv] * 3], ids=["box", "dict", "tuple"]
+)
+def test_sb3_face_tensors_equal_the_numpy_results(no_leaks, fns, copy, device):
     kwargs = dict(n_workers=2, copy=copy)
     want = sb3_run(fns, 15, Expect(None), **kwargs)
-    assert_same(sb3_run(fns, 15, CPU, device="cpu", **kwargs), want)
+    assert_same(sb3_run(fns, 15, Expect(device), device=device, **kwargs), want)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("mode", ["next_step", "same_step", "disabled"])
-def test_gymnasium_face_tensors_equal_the_numpy_results(no_leaks, mode):
+def test_gymnasium_face_tensors_equal_the_numpy_results(no_leaks, mode, device):
     kwargs = dict(n_workers=2, autoreset_mode=mode)
     fns = [DictImageEnv] * 3
     want = gym_run(fns, 15, Expect(None), **kwargs)
-    assert_same(gym_run(fns, 15, CPU, device="cpu", **kwargs), want)
+    assert_same(gym_run(fns, 15, Expect(device), device=device, **kwargs), want)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("copy", [True, False])
-def test_pool_mode_tensors_equal_the_numpy_results(no_leaks, copy):
+def test_pool_mode_tensors_equal_the_numpy_results(no_leaks, copy, device):
     kwargs = dict(n_workers=2, batch_size=2, pool_order="deterministic", copy=copy)
     fns = [functools.partial(FaultyEnv)] * 4
     want = gym_run(fns, 20, Expect(None), **kwargs)
-    assert_same(gym_run(fns, 20, CPU, device="cpu", **kwargs), want)
+    assert_same(gym_run(fns, 20, Expect(device), device=device, **kwargs), want)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("face", ["sb3", "gymnasium"])
-def test_device_fields_move_rewards_flags_and_terminal_observations(no_leaks, face):
+def test_device_fields_move_rewards_flags_and_terminal_observations(no_leaks, face, device):
     fields = ("rewards", "flags", "final_obs")
     run, extra = (sb3_run, {}) if face == "sb3" else (gym_run, {"autoreset_mode": "same_step"})
     fns = [DictImageEnv] * 3
     want = run(fns, 15, Expect(None), n_workers=2, **extra)
-    got = run(fns, 15, Expect("cpu", fields), n_workers=2, device="cpu", device_fields=fields, **extra)
+    ended = [("terminal_observation" in str(batch[-1])) or ("final_obs" in batch[-1]) for batch in want[1:]]
+    assert any(ended), "no episode ended: no terminal observation was compared"
+    got = run(fns, 15, Expect(device, fields), n_workers=2, device=device, device_fields=fields, **extra)
     assert_same(got, want)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("copy", [True, False])
-def test_with_a_codec(no_leaks, copy):
+def test_with_a_codec(no_leaks, copy, device):
     kwargs = dict(n_workers=2, codec="delta", copy=copy)
     want = sb3_run([DictImageEnv] * 3, 12, Expect(None), **kwargs)
-    assert_same(sb3_run([DictImageEnv] * 3, 12, CPU, device="cpu", **kwargs), want)
+    assert_same(sb3_run([DictImageEnv] * 3, 12, Expect(device), device=device, **kwargs), want)
 
 
-def test_with_frame_stack(no_leaks):
+@pytest.mark.parametrize("device", DEVICES)
+def test_with_frame_stack(no_leaks, device):
     for run in (sb3_run, gym_run):
         want = run([IMAGE] * 3, 12, Expect(None), n_workers=2, frame_stack=3)
-        assert_same(run([IMAGE] * 3, 12, CPU, n_workers=2, frame_stack=3, device="cpu"), want)
+        assert_same(run([IMAGE] * 3, 12, Expect(device), n_workers=2, frame_stack=3, device=device), want)
 
 
-def test_in_restart_mode(no_leaks):
+@pytest.mark.parametrize("device", DEVICES)
+def test_in_restart_mode(no_leaks, device):
     fns = [FaultyEnv] * 4
     fns[3] = functools.partial(FaultyEnv, "kill", 3)
     kwargs = dict(n_workers=2, on_crash="restart")
     want = sb3_run(fns, 8, Expect(None), **kwargs)
     assert any(info.get("shmvec.restarted") for batch in want[1:] for info in batch[3])  # it restarted
-    assert_same(sb3_run(fns, 8, CPU, device="cpu", **kwargs), want)
+    assert_same(sb3_run(fns, 8, Expect(device), device=device, **kwargs), want)
 
 
 def test_leaves_without_a_fixed_size_stay_as_they_are(no_leaks):
@@ -181,6 +201,15 @@ def test_jax_and_numpy_take_the_tensors_by_dlpack_and_keep_the_slot_lent(tmp_pat
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
 
 
+def test_numpy_reads_the_tensors_by_dlpack_without_a_copy(no_leaks):
+    with closing(ShmVectorEnv([DictImageEnv] * 3, start_method="fork", n_workers=2, device="cpu")) as env:
+        obs, _ = env.reset(seed=0)
+        for key, tensor in obs.items():
+            array = np.from_dlpack(tensor)
+            assert array.__array_interface__["data"][0] == tensor.data_ptr(), key
+            np.testing.assert_array_equal(array, tensor.numpy())
+
+
 def test_fenced_slots_are_skipped_or_waited_for(no_leaks):
     """A slot whose (GPU) copy is in flight is lent until its event completed: with copy=True the
     workers write other slots; with copy=False (plain rotation) the step waits for the event first."""
@@ -251,7 +280,11 @@ BAD = [
     (dict(device="gpu"), ValueError, r"device must be 'cpu', 'cuda' or 'cuda:N', got 'gpu'"),
     (dict(device="meta"), ValueError, r"'cpu' or 'cuda' devices only"),
     (dict(device=0), TypeError, r"device must be a string"),
-    (dict(device="cpu", device_fields=["reward"]), ValueError, r"unknown field 'reward'.*did you mean 'rewards'"),
+    (
+        dict(device="cpu", device_fields=["reward"]),
+        ValueError,
+        r"unknown field 'reward'.*did you mean 'rewards'",
+    ),
     (dict(device="cpu", device_fields="rewards"), TypeError, r"must be a list of names"),
     (dict(device_fields=["rewards"]), ValueError, r"needs device="),
     (dict(device="cpu", pin_memory=True), ValueError, r"pin_memory applies to device='cuda'"),
@@ -270,6 +303,17 @@ def test_bad_device_options_fail_before_any_worker_starts(no_leaks, monkeypatch,
     # n_workers="auto" with more envs than CPUs: even the probe's throwaway worker comes after the check
     with pytest.raises(error, match=match):
         face([IMAGE] * 8, n_workers="auto", **kwargs)
+
+
+@pytest.mark.skipif(
+    torch.cuda.is_available(), reason="CUDA is available here: the CPU-only message cannot show"
+)
+@pytest.mark.parametrize("face", [ShmVecEnv, ShmVectorEnv])
+def test_cuda_without_a_gpu_says_why(no_leaks, face):
+    with pytest.raises(
+        ValueError, match=r"device='cuda' needs CUDA, but torch.cuda.is_available\(\) is False"
+    ):
+        face([IMAGE] * 2, n_workers=1, device="cuda")
 
 
 def test_without_device_torch_is_never_imported(tmp_path):

@@ -21,7 +21,9 @@ def check_device(device: Any, fields: Any, pin_memory: Any) -> None:
     :raises ImportError: when ``device`` is given and torch is not installed.
     """
     if isinstance(fields, str) or not isinstance(fields, Sequence | frozenset | set):
-        raise TypeError(f"device_fields must be a list of names from {FIELDS}, e.g. ['rewards'], got {fields!r}")
+        raise TypeError(
+            f"device_fields must be a list of names from {FIELDS}, e.g. ['rewards'], got {fields!r}"
+        )
     for name in fields:
         if name not in FIELDS:
             close = difflib.get_close_matches(str(name), FIELDS, n=1)
@@ -37,7 +39,9 @@ def check_device(device: Any, fields: Any, pin_memory: Any) -> None:
         return
     torch = import_torch()
     if not isinstance(device, str | torch.device):
-        raise TypeError(f"device must be a string such as 'cpu' or 'cuda:0', or a torch.device, got {device!r}")
+        raise TypeError(
+            f"device must be a string such as 'cpu' or 'cuda:0', or a torch.device, got {device!r}"
+        )
     try:
         parsed = torch.device(device)
     except RuntimeError:
@@ -56,7 +60,9 @@ def check_device(device: Any, fields: Any, pin_memory: Any) -> None:
         )
     count = torch.cuda.device_count()
     if parsed.index is not None and parsed.index >= count:
-        raise ValueError(f"device={device!r}: this machine has {count} CUDA device(s), cuda:0..cuda:{count - 1}")
+        raise ValueError(
+            f"device={device!r}: this machine has {count} CUDA device(s), cuda:0..cuda:{count - 1}"
+        )
 
 
 def import_torch() -> Any:
@@ -65,5 +71,3 @@ def import_torch() -> Any:
     except ImportError:
         raise ImportError("device= returns torch tensors: pip install torch") from None
     return torch
-
-

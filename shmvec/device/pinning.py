@@ -51,10 +51,13 @@ class CudaRuntime:
 
         self.cudart = torch.cuda.cudart()
         hip = torch.version.hip is not None
-        self.library, self.clear_call = ("libamdhip64", "hipGetLastError") if hip else ("libcudart", "cudaGetLastError")
+        self.library, self.clear_call = (
+            ("libamdhip64", "hipGetLastError") if hip else ("libcudart", "cudaGetLastError")
+        )
 
     def register(self, ptr: int, size: int) -> tuple[int, str]:
-        """``cudaHostRegister(ptr, size, cudaHostRegisterDefault)``: the error code (0: success) and its name."""
+        """``cudaHostRegister(ptr, size, cudaHostRegisterDefault)``: the error code (0: success) and
+        its name."""
         err = self.cudart.cudaHostRegister(ptr, size, 0)
         return int(err), str(self.cudart.cudaGetErrorString(err))
 
@@ -144,7 +147,9 @@ def _unpin(runtime: CudaRuntime, ptr: int, keep: np.ndarray, stream: Any) -> Non
             runtime.clear_error()
 
 
-def pin_ring(ring: Ring, pin_memory: bool | None, stream: Any, runtime: CudaRuntime | None = None) -> Pinned | None:
+def pin_ring(
+    ring: Ring, pin_memory: bool | None, stream: Any, runtime: CudaRuntime | None = None
+) -> Pinned | None:
     """Register the ring's pages (see the module docstring for what happens when CUDA refuses).
 
     :param pin_memory: None: pin, else warn and return None; True: pin or raise; False: None.
@@ -161,7 +166,9 @@ def pin_ring(ring: Ring, pin_memory: bool | None, stream: Any, runtime: CudaRunt
     if code == 0:
         return Pinned(runtime, ptr, size, keep, stream)
     cleared = runtime.clear_error()
-    message = f"CUDA refused to register the ring's {size / 2**20:.1f} MiB (cudaHostRegister: {name}, code {code})"
+    message = (
+        f"CUDA refused to register the ring's {size / 2**20:.1f} MiB (cudaHostRegister: {name}, code {code})"
+    )
     limit = memlock_limit()
     if limit is not None and limit < size:
         message += (

@@ -159,4 +159,6 @@ def converter(options: Options, layout: Layout, slots: Slots) -> HostTensors | N
     from shmvec.device.cuda import CudaCopies
 
     ring, raw = layout.ring, layout.reader.raw
-    return CudaCopies(layout.obs_leaves, fields, device, ring, raw, slots.fence, options.copy, options.pin_memory)
+    return CudaCopies(
+        layout.obs_leaves, fields, device, ring, raw, slots.fence, options.copy, options.pin_memory
+    )
