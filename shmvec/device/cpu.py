@@ -18,9 +18,10 @@ class HostTensors:
 
     :param leaves: the observation leaves.
     :param fields: the ``device_fields``.
+    :param copy: the engine's ``copy`` (False: the arrays are read-only views of the ring).
     """
 
-    def __init__(self, leaves: list[Leaf], fields: Sequence[str]) -> None:
+    def __init__(self, leaves: list[Leaf], fields: Sequence[str], copy: bool) -> None:
         import torch
 
         self.torch = torch
@@ -35,8 +36,10 @@ class HostTensors:
                     f"observation key {leaves[j].name or '(the observation)'!r} has dtype {leaves[j].dtype}, "
                     "which torch tensors cannot hold; use device=None"
                 ) from None
-        # torch warns once per process that a read-only array (copy=False) makes a writable tensor;
-        # the guide says what not to do with them instead. Spend that one warning here.
+        if copy:
+            return
+        # torch warns once per process that a read-only array makes a writable tensor, at the first
+        # batch; the Options docstring and the guide say not to write them instead. Spend it here.
         readonly = np.zeros(1)
         readonly.flags.writeable = False
         with warnings.catch_warnings():

@@ -42,7 +42,7 @@ class CudaCopies(HostTensors):
         copy: bool,
         pin_memory: bool | None,
     ) -> None:
-        super().__init__(leaves, fields)
+        super().__init__(leaves, fields, copy)
         from shmvec.device.pinning import pin_ring
 
         torch = self.torch

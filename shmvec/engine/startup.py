@@ -155,7 +155,7 @@ def converter(options: Options, layout: Layout, slots: Slots) -> HostTensors | N
     device = import_torch().device(options.device)
     fields = tuple(options.device_fields)
     if device.type == "cpu":
-        return HostTensors(layout.obs_leaves, fields)
+        return HostTensors(layout.obs_leaves, fields, options.copy)
     from shmvec.device.cuda import CudaCopies
 
     ring, raw = layout.ring, layout.reader.raw
