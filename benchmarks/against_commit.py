@@ -20,8 +20,9 @@ import sys
 import time
 
 # pong-delta: Pong with codec="delta"; atari-policy: SB3's Atari recipe (PongNoFrameskip-v4,
-# frame_stack=4 in the workers) with PPO's CnnPolicy.predict in the loop.
-WORKLOADS = ("pong", "synth512", "pong-delta", "atari-policy")
+# frame_stack=4 in the workers) with PPO's CnnPolicy.predict in the loop; pong-pool: ShmVectorEnv's
+# pool mode, 16 Pong envs in batches of 8, random actions.
+WORKLOADS = ("pong", "synth512", "pong-delta", "atari-policy", "pong-pool")
 
 
 def policy_window(seconds: float) -> dict[str, float | str]:
@@ -59,6 +60,35 @@ def policy_window(seconds: float) -> dict[str, float | str]:
     return {"shmvec": shmvec.__file__, "steps_per_s": n * 8 / wall, "main_cpu_ms": cpu / n * 1e3}
 
 
+def pool_window(seconds: float) -> dict[str, float | str]:
+    """Pool mode (``send``/``recv``) on Pong raw frames: 16 envs, batches of 8."""
+    import functools
+
+    import ale_py
+    import gymnasium as gym
+    import numpy as np
+
+    import shmvec
+    from shmvec import ShmVectorEnv
+
+    gym.register_envs(ale_py)
+    envs = ShmVectorEnv([functools.partial(gym.make, "ALE/Pong-v5")] * 16, start_method="fork", batch_size=8)
+    try:
+        rng = np.random.default_rng(0)
+        actions = [rng.integers(0, 6, 8) for _ in range(64)]
+        envs.async_reset(seed=0)
+        for k in range(50):  # warm-up
+            envs.send(actions[k % 64], envs.recv()[4]["env_id"])
+        n, start, cpu = 0, time.perf_counter(), time.process_time()
+        while time.perf_counter() - start < seconds:
+            envs.send(actions[n % 64], envs.recv()[4]["env_id"])
+            n += 1
+        wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+    finally:
+        envs.close()
+    return {"shmvec": shmvec.__file__, "steps_per_s": n * 8 / wall, "main_cpu_ms": cpu / n * 1e3}
+
+
 def window(workload: str, seconds: float) -> dict[str, float | str]:
     """One measuring window in this interpreter (whichever ``shmvec`` it imports)."""
     import functools
@@ -70,6 +100,8 @@ def window(workload: str, seconds: float) -> dict[str, float | str]:
 
     if workload == "atari-policy":
         return policy_window(seconds)
+    if workload == "pong-pool":
+        return pool_window(seconds)
     if workload.startswith("pong"):
         import ale_py
         import gymnasium as gym

@@ -16,7 +16,9 @@ CPU time per batch is what would limit it on a machine with a core per worker.
 bigger machine: 64 envs in 64 workers and 128 envs in 32 workers, env steps/s reported as a fraction
 of the ideal (envs / sleep time per batch).
 
-Every configuration runs in an interpreter of its own (fork start method), rounds interleaved.
+Every configuration runs in an interpreter of its own (fork start method), rounds interleaved. The
+workers' CPU per env step (``workers_cpu_us_per_env_step``, 0 for DummyVecEnv, whose envs step in
+the main process) is read when they have ended, so it includes their start-up and close.
 Results: ``benchmarks/results/scale.json``; plot: ``docs/img/main_cpu.png``.
 
 ``--against DIR`` runs every shmvec configuration a second time with ``PYTHONPATH=DIR`` (a checkout
@@ -76,6 +78,8 @@ def measure(kind: str, n_envs: int, n_workers: int | None, sleep: bool, seconds:
 
     fns = [_env_fn(sleep)] * n_envs
     pool = kind == "shm-pool"
+    # The workers' CPU (user + system) as the kernel counts reaped children: known after close().
+    children = os.times()
     if kind == "shm":
         env: Any = ShmVecEnv(fns, "fork", n_workers=n_workers)
     elif kind in ("shm-vector", "shm-pool"):
@@ -116,10 +120,16 @@ def measure(kind: str, n_envs: int, n_workers: int | None, sleep: bool, seconds:
         wall, cpu = time.perf_counter() - start, time.process_time() - cpu
     finally:
         env.close()
+    after = os.times()
+    workers_cpu = (
+        after.children_user + after.children_system - children.children_user - children.children_system
+    )
     return {
         "main_cpu_us_per_batch": cpu / n * 1e6,
         "main_cpu_us_per_env_step": cpu / n / per_batch * 1e6,
         "env_steps_per_s": n * per_batch / wall,
+        # Start-up, warm-up and close included: an upper bound of a measured step's share.
+        "workers_cpu_us_per_env_step": workers_cpu / ((n + 30) * per_batch) * 1e6,
     }
 
 

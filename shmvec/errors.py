@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from gymnasium.error import ClosedEnvironmentError
+from gymnasium.error import AlreadyPendingCallError, ClosedEnvironmentError, NoAsyncCallError
 
 
 def install_hint(extra: str) -> str:
@@ -221,6 +221,41 @@ class ClosedError(ShmVecEnvError, ClosedEnvironmentError):
             "EnvTimeoutError raised then says which, and why), or its restart budget was spent. Its "
             "workers are gone and its shared memory is freed: create a new one, or pass "
             'on_crash="restart" to have failed workers rebuilt'
+        )
+
+
+class NoPendingCallError(ShmVecEnvError, NoAsyncCallError):
+    """``step_wait()`` / ``reset_wait()`` without the matching ``step_async()`` / ``reset_async()``
+    before it. Also Gymnasium's ``NoAsyncCallError`` (what AsyncVectorEnv raises, with its text), and
+    a ``RuntimeError``. ``name``: the call that was made. Build it with :meth:`of`."""
+
+    def __init__(self, message: str, name: str) -> None:
+        RuntimeError.__init__(self, message)
+        self.name = name
+
+    @classmethod
+    def of(cls, call: str) -> NoPendingCallError:
+        """The error for ``call`` (``"step_wait"`` or ``"reset_wait"``)."""
+        sent = call.replace("_wait", "_async")
+        return cls(f"Calling `{call}` without any prior call to `{sent}`.", call)
+
+
+class PendingCallError(ShmVecEnvError, AlreadyPendingCallError):
+    """``step_async()`` / ``reset_async()`` while a step or reset is still pending. Also Gymnasium's
+    ``AlreadyPendingCallError`` (what AsyncVectorEnv raises, with its text), and a ``RuntimeError``.
+    ``name``: the call pending. Build it with :meth:`of`."""
+
+    def __init__(self, message: str, name: str) -> None:
+        RuntimeError.__init__(self, message)
+        self.name = name
+
+    @classmethod
+    def of(cls, call: str, pending: str) -> PendingCallError:
+        """The error for ``call`` made while a ``pending`` (``"step"`` or ``"reset"``) is in flight."""
+        return cls(
+            f"Calling `{call}` while waiting for a pending call to `{pending}` to complete: call "
+            f"`{pending}_wait()` first (or `recv()`, after a pool-mode `send()`)",
+            pending,
         )
 
 

@@ -179,7 +179,7 @@ class ShmVecEnv(VecEnv):
             self.reset_infos[i] = reset_info
         rewards = batch.rewards.astype(self.reward_dtype)
         if self._device is not None:
-            rewards, dones = self._device.field("rewards", rewards), self._device.field("flags", dones)
+            rewards, dones = self._device.fields(rewards, dones)
         return self._obs(batch.obs), rewards, dones, infos
 
     def close(self) -> None:

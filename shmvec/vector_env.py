@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy as copy_module
 import functools
 import importlib
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -25,6 +26,7 @@ from shmvec.engine.core import Engine
 from shmvec.engine.flights import FIRST_READY, POOL_ORDERS, pool_workers
 from shmvec.engine.groups import usable_cpus
 from shmvec.engine.options import Options
+from shmvec.errors import NoPendingCallError, PendingCallError
 from shmvec.memory.layout import assemble, terminal_leaves
 from shmvec.vector_pool import PoolMethods, batch_infos
 from shmvec.wire import messages as m
@@ -198,13 +200,9 @@ class ShmVectorEnv(PoolMethods, VectorEnv):
             leaves = self._device.final(leaves)
         return assemble(self.single_observation_space, leaves)
 
-    def _fields(self, rewards: np.ndarray, terminated: np.ndarray, truncated: np.ndarray) -> tuple[Any, ...]:
-        """Rewards and flags (fresh arrays), as tensors where ``device_fields`` says."""
-        device = self._device
-        if device is None:
-            return rewards, terminated, truncated
-        flags = (device.field("flags", terminated), device.field("flags", truncated))
-        return (device.field("rewards", rewards), *flags)
+    def _fields(self, *arrays: np.ndarray) -> tuple[Any, ...]:
+        """Rewards, terminations, truncations (fresh arrays), as tensors where ``device_fields`` says."""
+        return arrays if self._device is None else self._device.fields(*arrays)
 
     def reset(
         self, *, seed: int | Sequence[int | None] | None = None, options: dict[str, Any] | None = None
@@ -276,7 +274,13 @@ class ShmVectorEnv(PoolMethods, VectorEnv):
                 f"step() needs every env; with batch_size={self.batch_size} < num_envs={self.num_envs} "
                 "use send()/recv() (pool mode)"
             )
+        self._refuse_if_pending("step_async")
         self._eng.send(self._engine_actions(actions, self.num_envs))
+
+    def _refuse_if_pending(self, call: str) -> None:
+        pending = self._eng.pending_call()
+        if pending is not None:
+            raise PendingCallError.of(call, pending)
 
     def step_wait(
         self, timeout: float | None = None
@@ -286,12 +290,12 @@ class ShmVectorEnv(PoolMethods, VectorEnv):
         :param timeout: seconds to wait at most (None: as long as it takes); past it,
             ``multiprocessing.TimeoutError`` is raised and the step stays pending (call again), as
             ``AsyncVectorEnv.step_wait`` does.
-        :raises RuntimeError: if no step is pending.
+        :raises NoPendingCallError: if no step is pending (Gymnasium's ``NoAsyncCallError``).
         """
         engine = self._eng
         engine.check_open()
-        if not engine.waiting:
-            raise RuntimeError("step_wait() called without step_async()")
+        if engine.pending_call() != "step":
+            raise NoPendingCallError.of("step_wait")
         batch = engine.recv(timeout)
         same_step = self.autoreset_mode is AutoresetMode.SAME_STEP
         infos = batch_infos(self, batch, self._final_obs if same_step else None)
@@ -306,6 +310,7 @@ class ShmVectorEnv(PoolMethods, VectorEnv):
         ``options["reset_mask"]`` (use :meth:`reset`)."""
         if options is not None and "reset_mask" in options:
             raise ValueError("reset_async() resets every env: pass options['reset_mask'] to reset() instead")
+        self._refuse_if_pending("reset_async")
         self._eng.async_reset(self._seeds(seed), [{"options": options}] * self.num_envs)
 
     def reset_wait(self, timeout: float | None = None) -> tuple[Any, dict[str, Any]]:
@@ -315,8 +320,8 @@ class ShmVectorEnv(PoolMethods, VectorEnv):
         """
         engine = self._eng
         engine.check_open()
-        if not engine.waiting:
-            raise RuntimeError("reset_wait() called without reset_async()")
+        if engine.pending_call() != "reset":
+            raise NoPendingCallError.of("reset_wait")
         batch = engine.recv(timeout)
         arrays = batch.obs if self.batch_size == self.num_envs else [a.copy() for a in batch.obs]
         return self._obs(arrays), batch_infos(self, batch)
@@ -357,8 +362,16 @@ class ShmVectorEnv(PoolMethods, VectorEnv):
         return tuple(self._eng.render_all())
 
     def close(self, **kwargs: Any) -> None:
-        """Stop the workers and free the shared memory. Idempotent."""
+        """Stop the workers and free the shared memory. Idempotent; a step or reset still pending
+        (``step_async`` without ``step_wait``) is dropped with a ``UserWarning``, as AsyncVectorEnv
+        does (not in pool mode, where steps in flight are the rule)."""
         if self._engine is not None:
+            pending = None if self.batch_size < self.num_envs else self._engine.pending_call()
+            if pending is not None:
+                warnings.warn(
+                    f"Calling `close` while waiting for a pending call to `{pending}` to complete.",
+                    stacklevel=2,
+                )
             self._engine.close()
 
     def __repr__(self) -> str:

@@ -121,7 +121,7 @@ class PoolMethods:
     def _obs(self, arrays: list[np.ndarray]) -> Any:
         raise NotImplementedError
 
-    def _fields(self, rewards: np.ndarray, terminated: np.ndarray, truncated: np.ndarray) -> tuple[Any, ...]:
+    def _fields(self, *arrays: np.ndarray) -> tuple[Any, ...]:
         raise NotImplementedError
 
     @property

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import functools
 import multiprocessing
+import re
 from contextlib import closing
 
 import gymnasium as gym
 import numpy as np
 import pytest
+from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
 
-from shmvec import ShmVectorEnv
+from shmvec import NoPendingCallError, PendingCallError, ShmVectorEnv
 from tests.envs import FaultyEnv
 from tests.helpers import assert_obs_equal
 
@@ -45,7 +47,9 @@ def test_step_wait_timeout_leaves_the_step_pending(no_leaks):
         env.step_async(np.zeros(2, np.int64))
         with pytest.raises(multiprocessing.TimeoutError):
             env.step_wait(timeout=0.01)
-        with pytest.raises(RuntimeError, match="step_async\\(\\) called twice"):
+        with pytest.raises(
+            PendingCallError, match="Calling `step_async` while waiting for a pending call to `step`"
+        ):
             env.step_async(np.zeros(2, np.int64))
         obs, rewards, *_ = env.step_wait(timeout=30)
         assert obs.shape == (2, 4, 4, 1) and rewards.tolist() == [1.0, 1.0]
@@ -53,11 +57,50 @@ def test_step_wait_timeout_leaves_the_step_pending(no_leaks):
 
 
 def test_the_halves_are_refused_out_of_order(no_leaks):
+    """Out of order, the errors are Gymnasium's types with AsyncVectorEnv's text (its own tests match
+    on both), and RuntimeErrors as before."""
     with closing(ShmVectorEnv(FNS, start_method="fork", n_workers=2)) as env:
         env.reset(seed=0)
-        with pytest.raises(RuntimeError, match="step_wait\\(\\) called without step_async\\(\\)"):
+        with pytest.raises(
+            NoAsyncCallError, match=re.escape("Calling `step_wait` without any prior call to `step_async`.")
+        ):
             env.step_wait()
-        with pytest.raises(RuntimeError, match="reset_wait\\(\\) called without reset_async\\(\\)"):
+        with pytest.raises(
+            NoPendingCallError,
+            match=re.escape("Calling `reset_wait` without any prior call to `reset_async`."),
+        ):
             env.reset_wait()
         with pytest.raises(ValueError, match="reset_mask"):
             env.reset_async(options={"reset_mask": np.ones(4, bool)})
+        env.step_async(np.zeros(4, np.int64))
+        with pytest.raises(
+            AlreadyPendingCallError,
+            match=re.escape("Calling `reset_async` while waiting for a pending call to `step` to complete"),
+        ) as e:
+            env.reset_async()
+        assert isinstance(e.value, RuntimeError) and e.value.name == "step"
+        with pytest.raises(NoPendingCallError, match="reset_wait"):
+            env.reset_wait()  # a step, not a reset, is pending
+        env.step_wait(timeout=30)
+        env.reset_async(seed=1)
+        with pytest.raises(
+            PendingCallError,
+            match=re.escape("Calling `step_async` while waiting for a pending call to `reset` to complete"),
+        ):
+            env.step_async(np.zeros(4, np.int64))
+        with pytest.raises(NoPendingCallError, match="step_wait"):
+            env.step_wait()
+        with pytest.warns(
+            UserWarning,
+            match=re.escape("Calling `close` while waiting for a pending call to `reset` to complete."),
+        ):
+            env.close()
+    assert env.closed
+
+
+def test_closing_with_nothing_pending_warns_nothing(no_leaks, recwarn):
+    env = ShmVectorEnv(FNS, start_method="fork", n_workers=2)
+    env.reset(seed=0)
+    env.step(np.zeros(4, np.int64))
+    env.close()
+    assert not [w for w in recwarn if "pending" in str(w.message)]

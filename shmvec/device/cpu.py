@@ -25,7 +25,7 @@ class HostTensors:
         import torch
 
         self.torch = torch
-        self.fields = frozenset(fields)
+        self.moved = frozenset(fields)  # the device_fields
         self.fixed = [j for j, leaf in enumerate(leaves) if leaf.fixed]
         self.every_leaf = len(self.fixed) == len(leaves)
         for j in self.fixed:
@@ -58,7 +58,7 @@ class HostTensors:
 
     def final(self, arrays: list[Any]) -> list[Any]:
         """Terminal observation leaves (copies already): tensors with ``"final_obs"``, else as given."""
-        return self.small_leaves(arrays) if "final_obs" in self.fields else arrays
+        return self.small_leaves(arrays) if "final_obs" in self.moved else arrays
 
     def small_leaves(self, arrays: list[Any]) -> list[Any]:
         """Leaves of a few envs (terminal observations) on the device, copied in the caller's stream."""
@@ -72,9 +72,14 @@ class HostTensors:
         scalar) as a tensor on the device."""
         return self.torch.from_numpy(np.asarray(array))
 
-    def field(self, name: str, array: np.ndarray) -> Any:
-        """``array`` (fresh: rewards or flags) as a tensor when ``device_fields`` names ``name``."""
-        return self.tensor(array) if name in self.fields else array
+    def fields(self, rewards: np.ndarray, *flags: np.ndarray) -> tuple[Any, ...]:
+        """A step's rewards and flags (fresh arrays) as given, or as tensors on the device where
+        ``device_fields`` names ``"rewards"`` / ``"flags"``."""
+        move_flags = "flags" in self.moved
+        return (
+            self.tensor(rewards) if "rewards" in self.moved else rewards,
+            *(self.tensor(f) if move_flags else f for f in flags),
+        )
 
     def close(self) -> None:
         """Release what the converter holds (nothing on the CPU)."""

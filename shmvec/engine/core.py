@@ -142,6 +142,16 @@ class Engine:
         """Whether steps were sent whose batch was not received yet."""
         return not self.closed and not self.flights.idle
 
+    def pending_call(self) -> str | None:
+        """``"reset"`` or ``"step"``: what was sent and not received yet (a reset when any worker's
+        command is one), None when nothing is."""
+        if not self.waiting:
+            return None
+        flights, reset = self.flights, m.Reset
+        if any(type(cmd) is reset for cmd in flights.busy.values()):
+            return "reset"
+        return "reset" if any(type(cmd) is reset for cmd, _ in flights.ready.values()) else "step"
+
     def carry_out(self, verdict: Verdict, phase: Phase) -> list[int]:
         """Do what the fault policy said: close and raise, or rebuild workers (restart mode; their
         envs end their episode at their next step). The workers rebuilt."""

@@ -54,6 +54,7 @@ class BatchReader:
         self.n_envs = worker_envs[-1].stop
         self.gather = Gather(layout.obs_leaves, self.ring, self.reader, batch_size, slots.n_slots, copy)
         self.learned: InfoSchema | None = None  # a schema learned from the last batch, for the workers
+        self._ids = [np.arange(g.start, g.stop, dtype=np.int32) for g in self.worker_envs]  # per worker
 
     def whole(self, workers: list[int], arrived: list[Arrived]) -> bool:
         """Whether the batch of ``workers`` is every worker, all written into one slot."""
@@ -146,7 +147,7 @@ class BatchReader:
             infos.update({pos + i - g.start: info for i, info in by_env.items()})
             reset_infos.update({pos + i - g.start: info for i, info in by_env_reset.items()})
             pos += len(g)
-        ids = np.concatenate([np.arange(g.start, g.stop) for _, g in rows]).astype(np.int32)
+        ids = np.concatenate([self._ids[w] for w in workers])  # a new array: the caller's to keep
         return Batch(ids, obs, rewards, terminated, truncated, infos, reset_infos, {}, typed)
 
 

@@ -158,8 +158,8 @@ class MainBell:
         self._stepping_all = False  # op, flags and counted hold a counted step of every worker
         self._bell_addr = self.ctl.ctypes.data + BELL * 4
         self._bell = int(self.ctl[BELL])
-        self._wake_bits = np.array([worker_bit(w) for w in range(n)], np.uint64)
-        self._all_wake_bits = _ALL_BITS if n >= 32 else int(np.bitwise_or.reduce(self._wake_bits))
+        self._wake_bit = [worker_bit(w) for w in range(n)]
+        self._all_wake_bits = _ALL_BITS if n >= 32 else sum(self._wake_bit)
 
     def post(self, workers: np.ndarray | slice, op: int, slots: np.ndarray | int, counted: bool) -> None:
         """Give ``workers`` their next command and wake them (one system call).
@@ -169,26 +169,26 @@ class MainBell:
         :param counted: whether these are all the commands in flight (every bit of the last counted
             batch is clear): then only the last worker to finish wakes the main process.
         """
-        if isinstance(workers, slice):
-            all_pending = self._all_pending
-        else:
-            all_pending = np.zeros(len(self.pending), np.uint32)
-            np.bitwise_or.at(
-                all_pending, self._word[workers], np.left_shift(np.uint32(1), self._shift[workers])
-            )
         if counted:
-            self.pending[:] = all_pending
+            if isinstance(workers, slice):
+                self.pending[:] = self._all_pending
+            else:
+                bits = np.zeros(len(self.pending), np.uint32)
+                np.bitwise_or.at(bits, self._word[workers], np.left_shift(np.uint32(1), self._shift[workers]))
+                self.pending[:] = bits
         self._stepping_all = False
         self.counted[workers] = counted
         self.op[workers] = op
         self.slot[workers] = slots
         self.flags[workers] = COUNTED if counted else 0
         self.seq[workers] += 1  # uint32: wraps around, as the workers compare for equality only
-        self._ring(
-            self._all_wake_bits
-            if isinstance(workers, slice)
-            else int(np.bitwise_or.reduce(self._wake_bits[workers]))
-        )
+        if isinstance(workers, slice):
+            self._ring(self._all_wake_bits)
+        else:
+            wake_bits = 0
+            for w in workers.tolist():  # a few workers (pool mode): Python ints beat numpy's reduce
+                wake_bits |= self._wake_bit[w]
+            self._ring(wake_bits)
 
     def step_all(self, slot: int) -> None:
         """:meth:`post` of a counted step into ``slot`` to every worker: the synchronous step, with
@@ -215,9 +215,12 @@ class MainBell:
     def done(self, workers: np.ndarray) -> np.ndarray:
         """Per worker of ``workers``: whether it finished its latest command (a counted one: its
         pending bit is clear)."""
+        acked = self.acked[workers] == self.seq[workers]
         counted = self.counted[workers]
+        if not np.count_nonzero(counted):  # pool mode's posts: none counted
+            return acked
         cleared = (self.pending[self._word[workers]] >> self._shift[workers]) & 1 == 0
-        return np.where(counted, cleared, self.acked[workers] == self.seq[workers])
+        return np.where(counted, cleared, acked)
 
     def give_up_on(self, w: int) -> bool:
         """Worker ``w`` is gone: clear its pending bit for it (atomically, as it would have); whether
