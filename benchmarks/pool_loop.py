@@ -34,25 +34,8 @@ import numpy as np
 from shmvec import ShmVectorEnv
 from shmvec.bench import system
 from shmvec.bench.envs import pong_84x84x4
+from shmvec.bench.policy import nature_cnn
 from shmvec.synthetic import SyntheticImageEnv
-
-
-def nature_cnn(n_actions: int) -> Any:
-    """CleanRL's Atari agent: NatureCNN trunk, actor head (the critic costs about the same)."""
-    import torch.nn as nn
-
-    return nn.Sequential(
-        nn.Conv2d(4, 32, 8, stride=4),
-        nn.ReLU(),
-        nn.Conv2d(32, 64, 4, stride=2),
-        nn.ReLU(),
-        nn.Conv2d(64, 64, 3, stride=1),
-        nn.ReLU(),
-        nn.Flatten(),
-        nn.Linear(64 * 7 * 7, 512),
-        nn.ReLU(),
-        nn.Linear(512, n_actions),
-    )
 
 
 def make(config: str, args: argparse.Namespace, fns: list | None = None) -> ShmVectorEnv:
@@ -175,7 +158,7 @@ def main() -> None:
     torch.manual_seed(0)
     if args.torch_threads is not None:
         torch.set_num_threads(args.torch_threads)
-    agent = nature_cnn(6).eval()
+    agent = nature_cnn((4, 84, 84), 6).eval()  # CleanRL's Atari agent: the actor (the critic costs the same)
     configs = args.configs.split(",")
     figures: dict[str, list[tuple[float, float]]] = {c: [] for c in configs}
     for r in range(args.rounds):

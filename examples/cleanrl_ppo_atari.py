@@ -3,10 +3,12 @@
     python examples/cleanrl_ppo_atari.py --vec shm --env-id ALE/Breakout-v5 --total-timesteps 1000000
 
 One file, read top to bottom: the env pipeline, the network, then the PPO loop (rollout, advantages,
-clipped updates) after CleanRL's ppo_atari.py, on the CPU. ``--vec`` picks the vector env and is the
-only thing that changes between the three runs: ``sync`` steps the envs one after the other in this
-process, ``async`` is gymnasium's AsyncVectorEnv (one process per env), ``shm`` is
-``shmvec.ShmVectorEnv`` (a few worker processes that write observations into shared memory).
+clipped updates) after CleanRL's ppo_atari.py. ``--vec`` picks the vector env and is the only thing
+that changes between the three runs: ``sync`` steps the envs one after the other in this process,
+``async`` is gymnasium's AsyncVectorEnv (one process per env), ``shm`` is ``shmvec.ShmVectorEnv`` (a
+few worker processes that write observations into shared memory). ``--device`` is where the network
+and the rollout live; with ``shm`` the observations come back there as uint8 tensors
+(``device=``: straight from shared memory, see the guide "Observations on the policy's device").
 """
 
 import argparse
@@ -49,14 +51,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--ent-coef", type=float, default=0.01, help="entropy bonus weight")
     parser.add_argument("--vf-coef", type=float, default=0.5, help="value loss weight")
     parser.add_argument("--max-grad-norm", type=float, default=0.5, help="gradient clipping")
+    parser.add_argument("--device", default="cpu", help="the network's and the rollout's: cpu, cuda, cuda:N")
     parser.add_argument(
         "--torch-threads", type=int, default=1, help="CPU threads for the network (the rest: env workers)"
     )
     return parser.parse_args(argv)
 
 
-def make_envs(vec: str, env_id: str, num_envs: int) -> gym.vector.VectorEnv:
-    """``num_envs`` copies of the standard Atari pipeline, in the vector env ``vec``."""
+def make_envs(vec: str, env_id: str, num_envs: int, device: str = "cpu") -> gym.vector.VectorEnv:
+    """``num_envs`` copies of the standard Atari pipeline, in the vector env ``vec`` (``shm``:
+    observations as tensors on ``device``)."""
     # Each env: no-op starts, 4 frames per action, 84x84 grey frames, rewards clipped to [-1, 1],
     # the last 4 frames stacked into one (4, 84, 84) observation. (The env itself is made with
     # frameskip=1, below: AtariPreprocessing does the skipping.)
@@ -73,7 +77,12 @@ def make_envs(vec: str, env_id: str, num_envs: int) -> gym.vector.VectorEnv:
     mode = AutoresetMode.SAME_STEP
     if vec == "shm":
         envs = shmvec.make_vec(
-            env_id, num_envs, wrappers=wrappers, env_kwargs={"frameskip": 1}, autoreset_mode=mode
+            env_id,
+            num_envs,
+            wrappers=wrappers,
+            env_kwargs={"frameskip": 1},
+            autoreset_mode=mode,
+            device=device,
         )
     else:
         envs = gym.make_vec(
@@ -142,22 +151,25 @@ def train(
     torch.manual_seed(args.seed)
     torch.set_num_threads(args.torch_threads)
 
-    agent = Agent(envs.single_observation_space.shape, envs.single_action_space.n)
+    device = torch.device(args.device)
+    agent = Agent(envs.single_observation_space.shape, envs.single_action_space.n).to(device)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
 
     # Rollout storage: one row per step, one column per env.
-    obs = torch.zeros((args.num_steps, args.num_envs, *envs.single_observation_space.shape))
-    actions = torch.zeros((args.num_steps, args.num_envs))
-    logprobs = torch.zeros((args.num_steps, args.num_envs))
-    rewards = torch.zeros((args.num_steps, args.num_envs))
-    dones = torch.zeros((args.num_steps, args.num_envs))
-    values = torch.zeros((args.num_steps, args.num_envs))
+    obs = torch.zeros((args.num_steps, args.num_envs, *envs.single_observation_space.shape), device=device)
+    actions = torch.zeros((args.num_steps, args.num_envs), device=device)
+    logprobs = torch.zeros((args.num_steps, args.num_envs), device=device)
+    rewards = torch.zeros((args.num_steps, args.num_envs), device=device)
+    dones = torch.zeros((args.num_steps, args.num_envs), device=device)
+    values = torch.zeros((args.num_steps, args.num_envs), device=device)
 
     global_step = 0
     start_time = time.time()
     next_obs, _ = envs.reset(seed=args.seed)
-    next_obs = torch.tensor(next_obs, dtype=torch.float32)
-    next_done = torch.zeros(args.num_envs)
+    # A numpy batch is copied to the device here; one from ShmVectorEnv(device=...) is there already
+    # (as_tensor then does nothing), uint8 as stored: float only on the device.
+    next_obs = torch.as_tensor(next_obs, device=device).float()
+    next_done = torch.zeros(args.num_envs, device=device)
     for iteration in range(1, num_iterations + 1):
         if args.anneal_lr:  # linearly to 0 over the run
             frac = 1.0 - (iteration - 1.0) / num_iterations
@@ -174,10 +186,11 @@ def train(
             actions[step] = action
             logprobs[step] = logprob
 
-            next_obs, reward, terminations, truncations, infos = envs.step(action.numpy())
-            rewards[step] = torch.tensor(reward, dtype=torch.float32)
-            next_obs = torch.tensor(next_obs, dtype=torch.float32)
-            next_done = torch.tensor(np.logical_or(terminations, truncations), dtype=torch.float32)
+            next_obs, reward, terminations, truncations, infos = envs.step(action.cpu().numpy())
+            rewards[step] = torch.as_tensor(reward, dtype=torch.float32, device=device)
+            next_obs = torch.as_tensor(next_obs, device=device).float()
+            done = np.logical_or(terminations, truncations)
+            next_done = torch.as_tensor(done, dtype=torch.float32, device=device)
             if "episode" in infos:
                 for i in np.flatnonzero(infos["_episode"]):
                     on_episode(global_step, float(infos["episode"]["r"][i]))
@@ -207,7 +220,7 @@ def train(
         b_advantages = advantages.reshape(-1)
         b_returns = returns.reshape(-1)
         for _ in range(args.update_epochs):
-            for mb_inds in torch.randperm(batch_size).split(minibatch_size):
+            for mb_inds in torch.randperm(batch_size, device=device).split(minibatch_size):
                 _, newlogprob, entropy, newvalue = agent.get_action_and_value(
                     b_obs[mb_inds], b_actions[mb_inds]
                 )
@@ -233,7 +246,7 @@ def train(
 
 def main() -> None:
     args = parse_args()
-    envs = make_envs(args.vec, args.env_id, args.num_envs)
+    envs = make_envs(args.vec, args.env_id, args.num_envs, args.device)
     try:
         train(envs, args)
     finally:

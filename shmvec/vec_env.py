@@ -25,7 +25,7 @@ from shmvec.engine.build import build
 from shmvec.engine.core import Engine
 from shmvec.engine.options import Options
 from shmvec.errors import ShmVecEnvError
-from shmvec.memory.layout import assemble, terminal_obs
+from shmvec.memory.layout import assemble, terminal_leaves
 from shmvec.wire import messages as m
 
 
@@ -81,6 +81,7 @@ class ShmVecEnv(VecEnv):
             opts.check_finite,
         )
         self.reward_dtype = np.dtype(reward_dtype)
+        self._device = engine.device  # device=: observations as torch tensors (shmvec.device)
         try:
             super().__init__(engine.num_envs, engine.observation_space, engine.action_space)
             # Like DummyVecEnv: VecVideoRecorder and others read render_fps from the env's metadata.
@@ -130,7 +131,15 @@ class ShmVecEnv(VecEnv):
         return self._engine
 
     def _obs(self, arrays: list[np.ndarray]) -> VecEnvObs:
+        if self._device is not None:
+            arrays = self._device.obs(arrays)
         return assemble(self.observation_space, arrays)
+
+    def _final_obs(self, leaves: list[np.ndarray], reset_info: dict[str, Any] | None) -> VecEnvObs:
+        leaves = terminal_leaves(leaves, reset_info)
+        if self._device is not None:
+            leaves = self._device.final(leaves)
+        return assemble(self.observation_space, leaves)
 
     def reset(self) -> VecEnvObs:
         """Reset every env with the seeds/options set by ``seed()``/``set_options()`` (used once)."""
@@ -165,10 +174,13 @@ class ShmVecEnv(VecEnv):
             infos[i] = info
         for i, final in batch.finals.items():
             reset_info = batch.reset_infos.get(i)
-            infos[i]["terminal_observation"] = terminal_obs(self.observation_space, final, reset_info)
+            infos[i]["terminal_observation"] = self._final_obs(final, reset_info)
         for i, reset_info in batch.reset_infos.items():
             self.reset_infos[i] = reset_info
-        return self._obs(batch.obs), batch.rewards.astype(self.reward_dtype), dones, infos
+        rewards = batch.rewards.astype(self.reward_dtype)
+        if self._device is not None:
+            rewards, dones = self._device.fields(rewards, dones)
+        return self._obs(batch.obs), rewards, dones, infos
 
     def close(self) -> None:
         """Stop the workers and free the shared memory. Idempotent; safe while a step is pending."""

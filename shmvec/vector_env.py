@@ -27,7 +27,7 @@ from shmvec.engine.flights import FIRST_READY, POOL_ORDERS, pool_workers
 from shmvec.engine.groups import usable_cpus
 from shmvec.engine.options import Options
 from shmvec.errors import NoPendingCallError, PendingCallError
-from shmvec.memory.layout import assemble, terminal_obs
+from shmvec.memory.layout import assemble, terminal_leaves
 from shmvec.vector_pool import PoolMethods, batch_infos
 from shmvec.wire import messages as m
 
@@ -129,6 +129,7 @@ class ShmVectorEnv(PoolMethods, VectorEnv):
         self.single_action_space = engine.action_space
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
         self.action_space = batch_space(self.single_action_space, self.num_envs)
+        self._device = engine.device  # device=: observations as torch tensors (shmvec.device)
         objects = engine.reader.objects
         self._object_leaves = frozenset(() if objects is None else objects.index)
         self._batched_action_spaces = {self.num_envs: self.action_space}
@@ -186,13 +187,22 @@ class ShmVectorEnv(PoolMethods, VectorEnv):
         return self._engine
 
     def _obs(self, arrays: list[Any]) -> Any:
+        if self._device is not None:
+            arrays = self._device.obs(arrays)
         if self._object_leaves:
             # As gymnasium.vector.utils.concatenate batches a space without a fixed size: a tuple.
             arrays = [tuple(a) if j in self._object_leaves else a for j, a in enumerate(arrays)]
         return assemble(self.single_observation_space, arrays)
 
     def _final_obs(self, leaves: list[Any], reset_info: dict[str, Any] | None) -> Any:
-        return terminal_obs(self.single_observation_space, leaves, reset_info)
+        leaves = terminal_leaves(leaves, reset_info)
+        if self._device is not None:
+            leaves = self._device.final(leaves)
+        return assemble(self.single_observation_space, leaves)
+
+    def _fields(self, *arrays: np.ndarray) -> tuple[Any, ...]:
+        """Rewards, terminations, truncations (fresh arrays), as tensors where ``device_fields`` says."""
+        return arrays if self._device is None else self._device.fields(*arrays)
 
     def reset(
         self, *, seed: int | Sequence[int | None] | None = None, options: dict[str, Any] | None = None
@@ -289,13 +299,8 @@ class ShmVectorEnv(PoolMethods, VectorEnv):
         batch = engine.recv(timeout)
         same_step = self.autoreset_mode is AutoresetMode.SAME_STEP
         infos = batch_infos(self, batch, self._final_obs if same_step else None)
-        return (
-            self._obs(batch.obs),
-            batch.rewards.copy(),
-            batch.terminated.copy(),
-            batch.truncated.copy(),
-            infos,
-        )
+        fields = self._fields(batch.rewards.copy(), batch.terminated.copy(), batch.truncated.copy())
+        return (self._obs(batch.obs), *fields, infos)
 
     def reset_async(
         self, seed: int | Sequence[int | None] | None = None, options: dict[str, Any] | None = None

@@ -33,7 +33,7 @@ from shmvec.engine.core import Engine
 from shmvec.memory.layout import ARRAY_SPACES
 
 #: ``final_obs(arrays, reset_info)``: a terminal observation from its leaf arrays and the reset info
-#: of the same step (see :func:`shmvec.memory.layout.terminal_obs`).
+#: of the same step (see :func:`shmvec.memory.layout.terminal_leaves`).
 FinalObs = Callable[[list[np.ndarray], dict[str, Any]], Any]
 
 
@@ -121,6 +121,9 @@ class PoolMethods:
     def _obs(self, arrays: list[np.ndarray]) -> Any:
         raise NotImplementedError
 
+    def _fields(self, *arrays: np.ndarray) -> tuple[Any, ...]:
+        raise NotImplementedError
+
     @property
     def _eng(self) -> Engine:
         raise NotImplementedError
@@ -201,7 +204,7 @@ class PoolMethods:
             )
             self._eng.flights.last_ids = batch.env_ids
         infos = batch_infos(self, batch)
-        return self._obs(batch.obs), batch.rewards, batch.terminated, batch.truncated, infos
+        return (self._obs(batch.obs), *self._fields(batch.rewards, batch.terminated, batch.truncated), infos)
 
 
 __all__ = ["PoolMethods", "batch_infos", "per_env_actions"]

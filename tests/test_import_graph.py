@@ -92,6 +92,17 @@ FORBIDDEN = {
     "shmvec.wire": ("shmvec.engine", "shmvec.transports", "shmvec.worker", "shmvec.memory", "shmvec.codecs"),
     "shmvec.worker": ("shmvec.engine", "shmvec.transports", "shmvec.vec_env", "shmvec.vector_env"),
     "shmvec.transports": ("shmvec.engine", "shmvec.vec_env", "shmvec.vector_env", "shmvec.vector_pool"),
+    # device= converters: below the engine (which makes and closes them), above memory only.
+    "shmvec.device": (
+        "shmvec.codecs",
+        "shmvec.engine",
+        "shmvec.transports",
+        "shmvec.worker",
+        "shmvec.wire",
+        "shmvec.vec_env",
+        "shmvec.vector_env",
+        "shmvec.vector_pool",
+    ),
     "shmvec.engine": ("shmvec.vec_env", "shmvec.vector_env", "shmvec.vector_pool", "shmvec.bench"),
 }
 

@@ -67,3 +67,25 @@ def make_actor(spec: str, env_fn: Callable[[], gym.Env], seed: int = 0) -> Act |
         return actions
 
     return act
+
+
+def nature_cnn(obs_shape: tuple[int, ...], n_actions: int, channels_last: bool = False) -> Any:
+    """SB3's ``NatureCNN`` layers (CleanRL's Atari agent: three convolutions, a 512-unit layer) with
+    a linear head of ``n_actions``, untrained, for frames of ``obs_shape`` (channels first, or last
+    with ``channels_last``; the input must be given channels first). Imports torch."""
+    import torch
+    from torch import nn
+
+    c, h, w = (obs_shape[2], *obs_shape[:2]) if channels_last else obs_shape
+    trunk = nn.Sequential(
+        nn.Conv2d(c, 32, 8, stride=4),
+        nn.ReLU(),
+        nn.Conv2d(32, 64, 4, stride=2),
+        nn.ReLU(),
+        nn.Conv2d(64, 64, 3, stride=1),
+        nn.ReLU(),
+        nn.Flatten(),
+    )
+    with torch.no_grad():
+        n_flat = trunk(torch.zeros(1, c, h, w)).shape[1]  # 64 * 7 * 7 for 84x84 frames
+    return nn.Sequential(*trunk, nn.Linear(n_flat, 512), nn.ReLU(), nn.Linear(512, n_actions))

@@ -127,6 +127,7 @@ def probe(
     one = replace(
         options, n_workers=1, codec=None, n_slots=None, copy=True, on_crash="raise", check_finite=False
     )
+    one = replace(one, device=None, device_fields=(), pin_memory=None)  # the probe reads no batch
     engine = build([functools.partial(_timed, env_fns[0])], start_method, one, owner="n_workers='auto' probe")
 
     def totals() -> tuple[int, float, float, float]:

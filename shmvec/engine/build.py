@@ -39,6 +39,7 @@ def build(
         raise ValueError(f"{owner} needs at least one env factory")
     if not all(callable(fn) for fn in env_fns):
         raise TypeError("env_fns must be callables that each create an env (e.g. lambda: gym.make(id))")
+    options.check_device()
     pool = batch_size is not None and batch_size < len(env_fns)
     if pool and options.n_workers is None:
         # Pool mode is for envs whose steps take uneven time: measured, a waiting env gets a worker

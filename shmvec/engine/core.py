@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from shmvec.device import HostTensors
 from shmvec.engine import startup
 from shmvec.engine.batch import Batch
 from shmvec.engine.faults import Phase, Verdict, judge
@@ -64,6 +65,7 @@ class Engine:
         self.closed = True  # until start-up succeeds, close() has nothing of ours to do
         self.closed_by_close = False  # close() was called while open (else a failure closed it)
         self._openmp: PolicyThreads | None = None
+        self.device: HostTensors | None = None  # options.device's converter (shmvec.device), for the faces
         self.owner, self.options = owner, options
         self.num_envs = n_envs
         assert isinstance(options.n_workers, int) and options.n_slots is not None
@@ -86,6 +88,7 @@ class Engine:
             self.attach_msg = m.Attach(layout.ring.spec, layout.codecs, options.verify_every)
             outcome = startup.attach(transport, range(self.n_workers), *self.messages())
             self.carry_out(judge(outcome, False, Phase.START_UP, self.worker_envs), Phase.START_UP)
+            self.device = startup.converter(options, layout, self.slots)
         except BaseException:
             self.give_up()
             raise
@@ -118,6 +121,8 @@ class Engine:
         self.closed = True
         if self._openmp is not None:
             self._openmp.close()
+        if self.device is not None:
+            self.device.close()  # before the ring goes: no copy may still read it
         if self._finalizer.detach() is not None:
             self.transport.close(graceful)
 

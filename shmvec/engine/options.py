@@ -33,7 +33,7 @@ class Options:
 
     Both faces take them as keyword arguments (``ShmVecEnv(env_fns, n_workers=4, codec="delta")``);
     an unknown name is a ``TypeError`` that suggests the closest one. The groups: workers, memory,
-    envs, codecs, restart mode, backend.
+    device, envs, codecs, restart mode, backend.
     """
 
     # ---------------------------------------------------------------- workers
@@ -78,6 +78,29 @@ class Options:
     """Ring slots, each holding one batch of observations (default None: 3 with ``copy=True`` — the
     caller holds one batch, one is being written, one stays free so the next can be lent — and 2
     with ``copy=False``)."""
+    # ---------------------------------------------------------------- device
+    device: Any = None
+    """Where observations come back: None (default): numpy arrays, torch is never imported.
+    ``"cpu"`` (or a ``torch.device``): ``torch.Tensor`` leaves over the same memory as the arrays,
+    no copy, lent by the same rules (a ring slot stays lent while a tensor over it lives); with
+    ``copy=False`` they share the read-only views: never write into them (``add_``, ``div_``,
+    ``t[...] = ...``, ``out=``). ``"cuda"`` / ``"cuda:N"``: tensors on that GPU, in the stored dtype
+    (uint8 frames stay uint8), copied from the ring (registered with CUDA once: ``pin_memory``) on a
+    side stream; the stream current at ``step``/``recv`` waits for the copy, so use them on it. With
+    ``copy=True`` each batch is new GPU memory of yours, with ``copy=False`` two GPU buffers serve in
+    turn (valid until the next-but-one batch). Dict and Tuple spaces keep their structure, tensors
+    at the leaves. Rewards, flags and infos stay as they are unless ``device_fields`` names them.
+    See the guide "Observations on the policy's device"."""
+    device_fields: Sequence[str] = ()
+    """With ``device``: which other outputs come back as tensors there, any of ``"rewards"``,
+    ``"flags"`` (SB3's ``dones``; Gymnasium's ``terminations`` and ``truncations``) and
+    ``"final_obs"`` (terminal observations: SB3's ``info["terminal_observation"]``, Gymnasium's
+    ``infos["final_obs"]``). Default (): none, which SB3's algorithms and wrappers need."""
+    pin_memory: bool | None = None
+    """With a CUDA ``device``: register the ring's pages with CUDA once at start-up (unregistered at
+    ``close()``) so that every batch is copied asynchronously straight from the ring. None (default):
+    if CUDA refuses, warn and copy from pageable memory (same results, slower). True: refuse to start
+    instead. False: never register. See :mod:`shmvec.device.pinning`."""
     # ---------------------------------------------------------------- envs
     autoreset: str = "same_step"
     """Internal: set by the face. ``"same_step"`` (an env whose episode ends is reset in the same
@@ -176,6 +199,16 @@ class Options:
                 hint = f"; did you mean {close[0]!r}?" if close else ""
                 raise TypeError(f"{owner}() got an unexpected keyword argument {key!r}{hint}")
         return cls(**kwargs, **fixed)
+
+    def check_device(self) -> None:
+        """Check ``device``, ``device_fields`` and ``pin_memory`` (build() does, before any worker starts,
+        the ``n_workers="auto"`` probe's included); imports torch only when ``device`` is given.
+
+        :raises ValueError, TypeError, ImportError: see :func:`shmvec.device.checks.check_device`.
+        """
+        from shmvec.device.checks import check_device
+
+        check_device(self.device, self.device_fields, self.pin_memory)
 
     def checked(self, n_envs: int) -> Options:
         """These options with the defaults that depend on ``n_envs`` filled in.

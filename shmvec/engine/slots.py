@@ -7,11 +7,16 @@ observation the caller saw of its envs (restart mode carries it over) nor onto o
 With ``copy=True`` a batch is handed out as arrays over the ring slot itself (no copy) while another
 slot stays free for the next write; a lent slot is skipped until nothing references its arrays any
 more. With ``copy=False`` the caller gets read-only views and slots simply rotate.
+
+A slot that a copy to a GPU is still reading (``device="cuda"``, see :mod:`shmvec.device`) carries a
+fence, the copy's CUDA event: it counts as lent until the event has completed, and a rotation that
+must write it (``copy=False``, or no other slot free) waits for the event first.
 """
 
 from __future__ import annotations
 
 from sys import getrefcount
+from typing import Any
 
 import numpy as np
 
@@ -34,8 +39,28 @@ class Slots:
         # Arrays lent to the caller from each slot (copy=True).
         self.lent: list[list[np.ndarray]] = [[] for _ in range(n_slots)]
         self.copy_fallbacks = 0  # batches copied because no slot could be lent (diagnostic)
+        # Per slot: the event of a copy still reading it (anything with query() and synchronize()).
+        self.fences: list[Any] = [None] * n_slots
+
+    def fence(self, slot: int, event: Any) -> None:
+        """A copy out of ``slot`` runs until ``event`` completes: the workers must not write it before."""
+        self.fences[slot] = event
+
+    def _settle(self, slot: int) -> int:
+        """``slot``, once no copy reads it any more (waits for its fence, if any)."""
+        fence = self.fences[slot]
+        if fence is not None:
+            fence.synchronize()
+            self.fences[slot] = None
+        return slot
 
     def free(self, slot: int) -> bool:
+        """Whether nothing reads ``slot``: no copy in flight, no lent array still referenced."""
+        fence = self.fences[slot]
+        if fence is not None:
+            if not fence.query():
+                return False
+            self.fences[slot] = None
         # References to a lent array: our list, the loop variable, getrefcount's argument. Anything
         # above that is the caller (or a view, tensor or memoryview derived from it) still using it.
         return all(getrefcount(a) <= 3 for a in self.lent[slot])
@@ -55,7 +80,7 @@ class Slots:
                 self.prev = list(self.slot)
                 self.slot = [slot] * len(self.slot)
                 self.uniform = True
-                return slot
+                return self._settle(slot)
         # can_lend never lends the last free slot, so this cannot happen.
         raise AssertionError("no free ring slot")
 
@@ -64,7 +89,7 @@ class Slots:
         its envs, preferring one nobody still reads."""
         self.prev[w] = self.slot[w]
         after = [(self.slot[w] + k) % self.n_slots for k in range(1, self.n_slots)] or [self.slot[w]]
-        self.slot[w] = next((s for s in after if self.free(s)), after[0])
+        self.slot[w] = self._settle(next((s for s in after if self.free(s)), after[0]))
         self.uniform = self.slot.count(self.slot[w]) == len(self.slot)
         if self.uniform:
             # Every worker has moved to one slot: a whole batch again (as after advance_all).

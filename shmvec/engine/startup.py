@@ -13,6 +13,7 @@ from typing import Any
 from gymnasium import spaces
 
 from shmvec.codecs import Codec
+from shmvec.device import HostTensors, import_torch
 from shmvec.engine.faults import Phase, judge
 from shmvec.engine.options import Options
 from shmvec.engine.reader import Reader
@@ -144,3 +145,20 @@ def relaunch(
 
         return env_fault(w, outcome.errors[w], worker_envs[w])
     return None
+
+
+def converter(options: Options, layout: Layout, slots: Slots) -> HostTensors | None:
+    """What turns each batch's observation leaves into tensors on ``options.device`` (None without a
+    device), for a laid-out ring whose workers are attached. The engine closes it before the ring goes."""
+    if options.device is None:
+        return None
+    device = import_torch().device(options.device)
+    fields = tuple(options.device_fields)
+    if device.type == "cpu":
+        return HostTensors(layout.obs_leaves, fields, options.copy)
+    from shmvec.device.cuda import CudaCopies
+
+    ring, raw = layout.ring, layout.reader.raw
+    return CudaCopies(
+        layout.obs_leaves, fields, device, ring, raw, slots.fence, options.copy, options.pin_memory
+    )

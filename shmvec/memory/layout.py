@@ -165,14 +165,14 @@ def leaves_as_returned(leaves_: list[Leaf], values: list[Any], skip: Sequence[in
     }
 
 
-def terminal_obs(space: spaces.Space, arrays: list[Any], reset_info: dict[str, Any] | None) -> Any:
-    """The terminal observation of a same-step autoreset, element types included, as the env
-    returned it: the leaf ``arrays`` read from the ring, but for the leaves the worker sent under
-    :data:`AS_RETURNED` in ``reset_info`` (taken out of it)."""
+def terminal_leaves(arrays: list[Any], reset_info: dict[str, Any] | None) -> list[Any]:
+    """The leaves of the terminal observation of a same-step autoreset, element types included, as
+    the env returned it: the leaf ``arrays`` read from the ring, but for the leaves the worker sent
+    under :data:`AS_RETURNED` in ``reset_info`` (taken out of it). The faces assemble them."""
     returned = reset_info.pop(AS_RETURNED, None) if reset_info else None
     if returned:
         arrays = [returned.get(k, a) for k, a in enumerate(arrays)]
-    return assemble(space, arrays)
+    return arrays
 
 
 #: Spaces whose values are arrays (a batch of them is one array, one row per env).
