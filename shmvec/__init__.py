@@ -32,7 +32,8 @@ from shmvec.errors import (
 
 if TYPE_CHECKING:
     from shmvec.vec_env import ShmVecEnv
-    from shmvec.vector_env import ShmVectorEnv, make_vec
+    from shmvec.vector_env import ShmVectorEnv
+    from shmvec.vector_make import make_vec
 
 __all__ = [
     "ClosedError",
@@ -57,7 +58,7 @@ __all__ = [
 ]
 
 # Public names imported on first use: name -> module.
-_LAZY = {"ShmVecEnv": "shmvec.vec_env", "ShmVectorEnv": "shmvec.vector_env", "make_vec": "shmvec.vector_env"}
+_LAZY = {"ShmVecEnv": "shmvec.vec_env", "ShmVectorEnv": "shmvec.vector_env", "make_vec": "shmvec.vector_make"}
 
 
 def __getattr__(name: str) -> Any:
