@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import types
 
 import pytest
@@ -23,6 +24,15 @@ torch.set_num_threads(2)  # a pool with one extra thread even where the machine 
 
 def n_threads():
     return len(os.listdir("/proc/self/task"))
+
+def n_threads_once_down_to(target):
+    # pthread_join returns before the kernel drops the thread: a count that should fall is given
+    # a moment to; one that never falls is returned as it is, and the test fails on it.
+    import time
+    deadline = time.monotonic() + 5.0
+    while n_threads() > target and time.monotonic() < deadline:
+        time.sleep(0.001)
+    return n_threads()
 
 def work():
     # A convolution large enough that ATen runs it in an OpenMP parallel region.
@@ -48,17 +58,18 @@ first = work()
 with_pool = n_threads()
 pauser = OpenMPPauser()
 runtimes = pauser.pause()
-paused = n_threads()
+paused = n_threads_once_down_to(before)
 again = work()
 restarted = n_threads()
 pauser.pause()
 pauser.start()
 started = n_threads()
 pauser.pause()
+n_threads_once_down_to(before)  # so that the next pause sees the pool gone, as an env phase later
 pauser.pause()  # ends nothing: no pool
 pauser.start()
 print(json.dumps(dict(libs=loaded_libgomp(), before=before, with_pool=with_pool, runtimes=runtimes,
-                      paused=paused, restarted=restarted, started=started, not_started=n_threads(),
+                      paused=paused, restarted=restarted, started=started, not_started=n_threads_once_down_to(before),
                       same=first == again)))
 """,
     )
@@ -407,6 +418,11 @@ def test_thread_count_follows_threads_as_they_start_and_end():
     release.set()
     for t in threads:
         t.join()
+    # join() returns before the kernel drops the thread (the race start() is written around), so
+    # the count is given a moment to fall; a count that never falls still fails.
+    deadline = time.monotonic() + 5.0
+    while _thread_count() != before and time.monotonic() < deadline:
+        time.sleep(0.001)
     assert _thread_count() == before
 
 
@@ -446,7 +462,7 @@ before = n_threads()
 work()
 with_pool = n_threads()
 pauser.pause()
-paused = n_threads()
+paused = n_threads_once_down_to(before)
 pauser.start()
 print(json.dumps(dict(runtimes=runtimes, before=before, with_pool=with_pool, paused=paused,
                       started=n_threads())))
