@@ -53,13 +53,14 @@ def changing_info(t: int, s: int, k: int, huge: bool = True) -> dict[str, Any]:
 class InfoEnv(gym.Env):
     """A tiny env whose infos follow ``pattern`` (``"stable"``, ``"changing"`` or ``"changing-gym"``:
     without ints beyond int64); episodes end by
-    termination after a random 3-9 steps (wrap in TimeLimit for truncations)."""
+    termination after a random number of steps in ``[lengths[0], lengths[1])`` (wrap in TimeLimit for
+    truncations)."""
 
     observation_space = spaces.Box(-1e3, 1e3, (3,), np.float32)
     action_space = spaces.Discrete(3)
 
-    def __init__(self, pattern: str = "stable") -> None:
-        self.pattern = pattern
+    def __init__(self, pattern: str = "stable", lengths: tuple[int, int] = (3, 10)) -> None:
+        self.pattern, self.lengths = pattern, lengths
         self.t = self.s = self.len = 0
 
     def _obs(self) -> np.ndarray:
@@ -68,7 +69,7 @@ class InfoEnv(gym.Env):
     def reset(self, *, seed=None, options=None):
         super().reset(seed=seed)
         self.t = 0
-        self.len = int(self.np_random.integers(3, 10))
+        self.len = int(self.np_random.integers(*self.lengths))
         return self._obs(), {"t": 0, "reset": True}
 
     def step(self, action):
@@ -82,9 +83,11 @@ class InfoEnv(gym.Env):
         return self._obs(), float(action), self.t >= self.len, False, info
 
 
-def make_info_env(pattern: str = "stable", monitor: bool = False, max_steps: int = 7) -> gym.Env:
+def make_info_env(
+    pattern: str = "stable", monitor: bool = False, max_steps: int = 7, lengths: tuple[int, int] = (3, 10)
+) -> gym.Env:
     """An :class:`InfoEnv` in a TimeLimit (truncations), optionally in SB3's Monitor (``episode``)."""
-    env: gym.Env = gym.wrappers.TimeLimit(InfoEnv(pattern), max_steps)
+    env: gym.Env = gym.wrappers.TimeLimit(InfoEnv(pattern, lengths), max_steps)
     if monitor:
         from stable_baselines3.common.monitor import Monitor
 

@@ -152,6 +152,34 @@ def test_typed_info_columns_reach_each_batch(no_leaks, batch_size):
     check_trajectories(fn, got, seed=5)
 
 
+@pytest.mark.parametrize("batch_size", [2, 4])
+def test_learned_info_schema_reaches_every_worker(no_leaks, monkeypatch, batch_size):
+    """With ``info_keys="auto"`` pool mode learns the schema from its first batches and tells each
+    worker at its next step (the others are busy then): from there every env's info comes through
+    the typed columns (one ring write, no pickled reply), and the trajectories stay exact."""
+    from shmvec.engine.typed_infos import TypedInfos
+
+    masks: list[np.ndarray] = []
+    rows = TypedInfos.rows
+
+    def recording(self, parts, infos):
+        typed, learned = rows(self, parts, infos)
+        masks.append(np.zeros(0, bool) if typed is None else typed.mask.copy())
+        return typed, learned
+
+    monkeypatch.setattr(TypedInfos, "rows", recording)
+    # No episode ends (their first info is a reset's, which the schema does not fit): every info typed.
+    fn = functools.partial(make_info_env, "stable", max_steps=1000, lengths=(1000, 1001))
+    with closing(make([fn] * 6, batch_size=batch_size, n_workers=3)) as env:
+        got, _ = run_pool(env, 60 // batch_size, seed=5)
+        assert not env._eng.typed_infos.untold
+    check_trajectories(fn, got, seed=5)
+    assert masks, "no schema was learned"
+    # Each worker is told at its first step after the schema is learned; a few batches later all
+    # its rows are typed.
+    assert all(len(mask) == batch_size and mask.all() for mask in masks[-5:]), masks
+
+
 @pytest.mark.parametrize("codec", ["lz4", pytest.param("delta", marks=pytest.mark.slow)])
 def test_codec(no_leaks, codec):
     with closing(make([FAULTY] * 4, batch_size=2, n_workers=2, codec=codec, verify_every=1)) as env:

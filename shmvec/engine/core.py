@@ -145,12 +145,7 @@ class Engine:
     def pending_call(self) -> str | None:
         """``"reset"`` or ``"step"``: what was sent and not received yet (a reset when any worker's
         command is one), None when nothing is."""
-        if not self.waiting:
-            return None
-        flights, reset = self.flights, m.Reset
-        if any(type(cmd) is reset for cmd in flights.busy.values()):
-            return "reset"
-        return "reset" if any(type(cmd) is reset for cmd, _ in flights.ready.values()) else "step"
+        return self.flights.pending_call() if self.waiting else None
 
     def carry_out(self, verdict: Verdict, phase: Phase) -> list[int]:
         """Do what the fault policy said: close and raise, or rebuild workers (restart mode; their
@@ -241,12 +236,12 @@ class Engine:
         """Post a step to each of ``workers`` (into its slot of ``slots``; ``actions``: one list per
         worker, or None when they are in the ring)."""
         flights, needs_reset = self.flights, self.supervisor.needs_reset
-        schema = self.reading.learned
-        if schema is not None and not flights.busy and not flights.ready:
-            # Learned from the last batch's infos: every worker writes those values into the ring's
-            # typed columns from now on (a worker rebuilt meanwhile gets it when it attaches).
-            self.reading.learned = None
-            self.ask(range(self.n_workers), m.Configure(info_schema=schema), Phase.STEP)
+        typed = self.typed_infos
+        if typed.untold and typed.columns is not None:
+            # Learned from an earlier batch: from now on they write those values into the ring.
+            told = typed.tell(workers)
+            if told:
+                self.ask(told, m.Configure(info_schema=typed.columns.schema), Phase.STEP)
         every = actions is None and len(workers) == self.n_workers and len(set(slots)) == 1
         if every and not needs_reset:  # every synchronous step: one message object for all
             posted: list[int] = workers

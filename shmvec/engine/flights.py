@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from shmvec.memory.ring import Ring
-from shmvec.wire.messages import Command, Reply
+from shmvec.wire.messages import Command, Reply, Reset
 
 # Stands for an action already written into the ring's typed action buffer.
 IN_RING = object()
@@ -100,6 +100,13 @@ class Flights:
     def idle(self) -> bool:
         """Nothing in flight and nothing waiting to be received."""
         return not self.busy and not self.ready and not self.pending
+
+    def pending_call(self) -> str:
+        """``"reset"`` when any worker's command in flight or not received is a reset, else
+        ``"step"`` (for a face's out-of-order errors; call while not :attr:`idle`)."""
+        if any(type(cmd) is Reset for cmd in self.busy.values()):
+            return "reset"
+        return "reset" if any(type(cmd) is Reset for cmd, _ in self.ready.values()) else "step"
 
     def clear(self) -> None:
         """Forget replies not received and actions of partly sent groups (a reset follows)."""

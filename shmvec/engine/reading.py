@@ -21,7 +21,6 @@ from shmvec.engine.gather import Gather
 from shmvec.engine.recovery import Ended
 from shmvec.engine.slots import Slots
 from shmvec.engine.startup import Layout
-from shmvec.memory.infos import InfoSchema
 from shmvec.wire import messages as m
 
 Arrived = tuple[m.Command, "m.Reply | None"]
@@ -53,7 +52,6 @@ class BatchReader:
         self.same_step, self.arrays = same_step, arrays
         self.n_envs = worker_envs[-1].stop
         self.gather = Gather(layout.obs_leaves, self.ring, self.reader, batch_size, slots.n_slots, copy)
-        self.learned: InfoSchema | None = None  # a schema learned from the last batch, for the workers
         self._ids = [np.arange(g.start, g.stop, dtype=np.int32) for g in self.worker_envs]  # per worker
 
     def whole(self, workers: list[int], arrived: list[Arrived]) -> bool:
@@ -92,13 +90,13 @@ class BatchReader:
                     ]
         typed = None
         if self.arrays:
-            typed, self.learned = self.typed.rows([(slot, range(self.n_envs))], infos)
+            typed, _ = self.typed.rows([(slot, range(self.n_envs))], infos)
             for w, (_, reply) in zip(workers, arrived):
                 if typed is not None and isinstance(reply, m.Restarted):
                     g = self.worker_envs[w]
                     typed.mask[g.start : g.stop] = False
         else:
-            self.learned = self.typed.read(slot, replied, infos)
+            self.typed.read(slot, replied, infos)
         infos.update(ended.infos)
         reset_infos.update(ended.reset_infos)
         ring = self.ring
@@ -131,6 +129,7 @@ class BatchReader:
         typed = None
         if columns is not None and self.arrays:
             typed, _ = self.typed.rows(rows, {})
+        learning: dict[int, dict[str, Any]] | None = None  # the steps' own infos, to learn from
         pos = 0
         for (s, g), (cmd, reply) in zip(rows, arrived):
             by_env: dict[int, dict[str, Any]] = {}
@@ -139,6 +138,9 @@ class BatchReader:
             stepped = isinstance(cmd, m.Step) and not isinstance(reply, m.Restarted)
             if columns is not None and stepped and typed is None:
                 columns.read(s, [g], by_env)
+            if columns is None and stepped:
+                learning = {} if learning is None else learning
+                learning.update(by_env)
             if typed is not None and not stepped:
                 typed.mask[pos : pos + len(g)] = False
             for i in g:
@@ -147,6 +149,8 @@ class BatchReader:
             infos.update({pos + i - g.start: info for i, info in by_env.items()})
             reset_infos.update({pos + i - g.start: info for i, info in by_env_reset.items()})
             pos += len(g)
+        if learning is not None:  # from the steps' infos, not from resets', as a synchronous step
+            self.typed.learn(learning)
         ids = np.concatenate([self._ids[w] for w in workers])  # a new array: the caller's to keep
         return Batch(ids, obs, rewards, terminated, truncated, infos, reset_infos, {}, typed)
 

@@ -93,7 +93,9 @@ def lay_out(env_spaces: list[Any], options: Options, slots: Slots, n_workers: in
     except BaseException:
         ring.close()
         raise
-    return Layout(obs_space, act_space, obs_leaves, codecs, ring, reader, TypedInfos(options.info_keys, ring))
+    return Layout(
+        obs_space, act_space, obs_leaves, codecs, ring, reader, TypedInfos(options.info_keys, ring, n_workers)
+    )
 
 
 def configure_message(options: Options, schema: InfoSchema | None) -> m.Configure | None:

@@ -53,13 +53,16 @@ class TypedInfos:
     :param info_keys: "auto" (learn the schema from the first step), None (off) or a mapping from key
         to type (declared; see :func:`shmvec.memory.infos.declared`).
     :param ring: the engine's ring (with info columns unless ``info_keys`` turns them off).
+    :param n_workers: the engine's workers (each is told a learned schema once, see :meth:`tell`).
     """
 
-    def __init__(self, info_keys: Any, ring: Ring) -> None:
+    def __init__(self, info_keys: Any, ring: Ring, n_workers: int) -> None:
         self.areas = ring.info_words
         self.columns: InfoColumns | None = None
         self.learning = info_keys == "auto" and self.areas is not None
         self.left = LEARN_STEPS
+        self.n_workers = n_workers
+        self.untold: set[int] = set()  # workers not yet told the schema learned
         if info_keys is not None and not isinstance(info_keys, str):
             self._use(declared(info_keys))
 
@@ -74,7 +77,7 @@ class TypedInfos:
         if self.columns is not None:
             self.columns.read(slot, envs, infos)
             return None
-        return self._learn(infos)
+        return self.learn(infos)
 
     def rows(
         self, parts: Sequence[tuple[int, range]], infos: dict[int, dict[str, Any]]
@@ -84,7 +87,7 @@ class TypedInfos:
         the schema found in ``infos`` (position -> what came through the pipe), if any."""
         columns = self.columns
         if columns is None:
-            return None, self._learn(infos)
+            return None, self.learn(infos)
         taken = [columns.take(slot, [g]) for slot, g in parts]
         if len(taken) == 1:
             values, mask = taken[0]
@@ -93,7 +96,9 @@ class TypedInfos:
             mask = np.concatenate([t[1] for t in taken])
         return TypedRows(columns.keys, columns.types, values, mask), None
 
-    def _learn(self, infos: dict[int, dict[str, Any]]) -> InfoSchema | None:
+    def learn(self, infos: dict[int, dict[str, Any]]) -> InfoSchema | None:
+        """While learning, look at one batch's ``infos`` (what came through the pipe): the schema
+        found, now in force here and to be sent to every worker, or None (not yet, or never)."""
         if not self.learning:
             return None
         self.left -= 1
@@ -101,4 +106,16 @@ class TypedInfos:
             return None
         self.learning = False
         self._use(learn(list(infos.values())))
-        return None if self.columns is None else self.columns.schema
+        if self.columns is None:
+            return None
+        self.untold = set(range(self.n_workers))
+        return self.columns.schema
+
+    def tell(self, workers: list[int]) -> list[int]:
+        """Which of ``workers`` (idle: about to be given a step) are to be told the learned schema
+        now, counted as told: every worker at once on a synchronous step; in pool mode each at its
+        next step, as the others are busy meanwhile. Until told, a worker's infos come whole through
+        its pipe (the ring's flags say which rows are typed)."""
+        now = [w for w in workers if w in self.untold]
+        self.untold.difference_update(now)
+        return now
