@@ -155,6 +155,11 @@ class InfoColumns:
         self.words = memoryview(words).cast("B")  # type: ignore[arg-type]
         self.word_bytes = words.view(np.uint8)  # (n_slots, n_envs, 8 * MAX_COLUMNS)
         self.codes = [_code(kind) for kind in self.types]
+        # Per column: its bytes in a row, and the dtype Gymnasium's info batching gives its values.
+        self._fields = [
+            (c * 8, c * 8 + struct.calcsize("<" + code), np.dtype(kind))
+            for c, (kind, code) in enumerate(zip(self.types, self.codes))
+        ]
         self.flags = memoryview(mask).cast("B")  # type: ignore[arg-type]
         self.make = _dict_maker(schema)
         self.cleared = bytes(self.n_envs)
@@ -191,16 +196,16 @@ class InfoColumns:
         """The typed values the workers of ``envs`` wrote into ``slot``, as one array per key over
         those envs' rows (in ``envs`` order; the dtype Gymnasium's info batching gives a value of the
         key's type), and a bool mask of the rows whose info was typed. Consumes the flags read."""
-        rows = [i for g in envs for i in g] if len(envs) != 1 else envs[0]
+        # One group (every pool batch of one worker, every synchronous step): a slice, so the
+        # reads below are views and no index array is built.
+        rows: Any = slice(envs[0].start, envs[0].stop) if len(envs) == 1 else [i for g in envs for i in g]
         mask = self.mask[slot, rows].astype(bool)
         self.mask[slot, rows] = 0
         words = self.word_bytes[slot, rows]
-        columns = []
-        for c, (kind, code) in enumerate(zip(self.types, self.codes)):
-            size = struct.calcsize("<" + code)
-            raw = np.ascontiguousarray(words[:, c * 8 : c * 8 + size])
-            columns.append(raw.view(np.dtype(kind)).reshape(len(mask)))
-        return columns, mask
+        n = len(mask)
+        return [
+            np.ascontiguousarray(words[:, a:b]).view(dtype).reshape(n) for a, b, dtype in self._fields
+        ], mask
 
     def read(self, slot: int, envs: Sequence[range], infos: dict[int, dict[str, Any]]) -> None:
         """Rebuild the infos of the envs of ``envs`` whose values are in the columns of ``slot``:

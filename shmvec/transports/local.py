@@ -241,27 +241,34 @@ class LocalTransport:
                 outcome.faults.append(self.idle_faults.pop(w))
         pending = ws[self._flying[ws]]
         give_up = math.inf if limit is None else time.monotonic() + limit
+        polled = False  # a wait of limit 0 still looks once at what arrived
+        # One look at the ring per wake-up: the workers done are collected at the top, right after
+        # the poll that woke this process.
         while True:
             pending = self._collect(pending, outcome)
             if outcome.finished + len(outcome.faults) >= need or not len(pending):
                 break
-            until = min(give_up, float(self._deadlines[pending].min()))
-            wait_s = -1.0 if until == math.inf else max(0.0, until - time.monotonic())
+            now = time.monotonic()
+            deadlines = self._deadlines[pending]
+            if float(deadlines.min()) <= now:
+                for w in pending[deadlines <= now].tolist():
+                    label = self._labels[w]
+                    self.kill(w)
+                    outcome.faults.append(self.procs.hung(w, label, self.timeout, self.res))  # type: ignore[arg-type]
+                pending = pending[self._flying[pending]]
+                continue
+            if polled and now >= give_up:
+                break
+            until = min(give_up, float(deadlines.min()))
+            wait_s = -1.0 if until == math.inf else max(0.0, until - now)
             for fd, _ in self.res.epoll.poll(wait_s):
                 kind, w = self._fds.get(fd, (None, -1))
                 if kind == _PIPE:
                     self._read_reply(w, outcome)
                 elif kind == _SENTINEL:
                     self._ended(w, outcome)
-            pending = self._collect(pending[self._flying[pending]], outcome)
-            now = time.monotonic()
-            for w in pending[self._deadlines[pending] <= now].tolist():
-                label = self._labels[w]
-                self.kill(w)
-                outcome.faults.append(self.procs.hung(w, label, self.timeout, self.res))  # type: ignore[arg-type]
+            polled = True
             pending = pending[self._flying[pending]]
-            if now >= give_up:
-                break
         if not self._n_flying:
             outcome.faults.sort(key=lambda f: f.worker)
         return outcome
