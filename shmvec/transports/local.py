@@ -31,7 +31,7 @@ from shmvec.transports.base import Fault, Outcome
 from shmvec.transports.processes import Processes
 from shmvec.transports.resources import Resources
 from shmvec.wire import framing
-from shmvec.wire.messages import MAKE_ENV, Attach, Command, Failed, Reply, Returned, Step
+from shmvec.wire.messages import MAKE_ENV, Attach, Command, Failed, Reply, Returned, Step, Stepped
 
 # A message up to this size (bytes) is written in one go: the worker reads every message it is
 # woken for, so the pipe has room. A larger one is written within ``timeout``.
@@ -275,20 +275,37 @@ class LocalTransport:
 
     def _wait_whole(self, outcome: Outcome) -> bool:
         """The synchronous step's wait: sleep until the last worker's eventfd write, then take every
-        reply from the ring. False (nothing taken) at anything else: a pipe or process event, the
-        deadline; the general loop then handles it."""
+        reply from the ring, and the few from pipes (an episode's end with untyped infos: about one
+        worker a step at 128 envs), read as they come. False at anything else: a process event, the
+        deadline, an error; the general loop then handles it (with the pipe replies already read)."""
         bell = self.res.bell
         assert bell is not None and self._whole_until is not None
         until = self._whole_until
         while not bell.batch_done():
             wait_s = -1.0 if until == math.inf else max(0.0, until - time.monotonic())
             events = self.res.epoll.poll(wait_s)
-            if not events or any(self._fds[fd][0] != _WAKE for fd, _ in events if fd in self._fds):
+            if not events:
                 return False
+            for fd, _ in events:
+                kind, w = self._fds.get(fd, (_WAKE, -1))
+                if kind == _PIPE and w not in self.replies:
+                    self._receive(w)  # written before the worker finishes; an EOF is a fault
+                elif kind != _WAKE:
+                    return False
+            if self.idle_faults:
+                return False
+        results: dict[int, Reply | None] = dict.fromkeys(range(self.n_workers))
         if bell.has_reply.any():
-            return False
+            replying = np.flatnonzero(bell.has_reply).tolist()
+            for w in replying:
+                if w not in self.replies:
+                    self._receive(w)  # written before the worker finished: there in full
+            if self.idle_faults or any(type(self.replies.get(w)) is not Stepped for w in replying):
+                return False
+            for w in replying:
+                results[w] = self.replies.pop(w)
         self._whole_until = None
-        outcome.results.update(dict.fromkeys(range(self.n_workers)))
+        outcome.results.update(results)
         return True
 
     def _materialize(self) -> None:
@@ -349,7 +366,9 @@ class LocalTransport:
         try:
             self.replies[w] = framing.receive(self.res.remotes[w].fileno())
         except (EOFError, OSError):
-            self.idle_faults[w] = self.lost(w, self._labels[w])
+            # During a synchronous step's wait the labels are not written out yet (_materialize).
+            label = self._labels[w] if self._whole_until is None else self._whole_label
+            self.idle_faults[w] = self.lost(w, label)
             self._forget(w)
 
     def _read_reply(self, w: int, outcome: Outcome) -> None:
