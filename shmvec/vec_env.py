@@ -227,7 +227,7 @@ class ShmVecEnv(VecEnv):
                 stacklevel=2,
             )
             return [None] * self.num_envs
-        return self._eng.render_all()
+        return self._eng.call(m.Render, range(self.num_envs))
 
 
 __all__ = ["ShmVecEnv", "ShmVecEnvError"]

@@ -356,7 +356,7 @@ class ShmVectorEnv(PoolMethods, VectorEnv):
 
     def render(self) -> tuple[Any, ...]:
         """``env.render()`` of every env."""
-        return tuple(self._eng.render_all())
+        return tuple(self._eng.call(m.Render, range(self.num_envs)))
 
     def close(self, **kwargs: Any) -> None:
         """Stop the workers and free the shared memory. Idempotent; a step or reset still pending

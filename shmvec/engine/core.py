@@ -199,10 +199,6 @@ class Engine:
         self.carry_out(judge(outcome, self.restart, phase, self.worker_envs), phase)
         return outcome.results
 
-    def render_all(self) -> list[Any]:
-        """``env.render()`` of every env, in env order."""
-        return self.call(m.Render, range(self.num_envs))
-
     # ------------------------------------------------------------------ send
 
     def send(self, actions: Any, env_ids: Any = None) -> None:
