@@ -93,3 +93,24 @@ def make_info_env(
 
         env = Monitor(env)
     return env
+
+
+class BigInfo(gym.Wrapper):
+    """Adds ``blob``, ``size`` bytes (more than a pipe holds), to the info of every ``every``-th
+    step: a reply the worker can only finish writing while the main process reads it."""
+
+    def __init__(self, env: gym.Env, every: int, size: int) -> None:
+        super().__init__(env)
+        self.every, self.size, self.t = every, size, 0
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.t += 1
+        if self.t % self.every == 0:
+            info = {**info, "blob": bytes([self.t % 256]) * self.size}
+        return obs, reward, terminated, truncated, info
+
+
+def make_big_info_env(every: int = 3, size: int = 1 << 20) -> gym.Env:
+    """An :class:`InfoEnv` whose episodes outlast a test, in :class:`BigInfo`."""
+    return BigInfo(make_info_env("stable", max_steps=1000, lengths=(1000, 1001)), every, size)

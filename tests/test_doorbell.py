@@ -113,3 +113,24 @@ def test_replies_through_pipes_stay_in_the_one_wake_up_wait(no_leaks, monkeypatc
             _, _, _, infos = env.step(np.zeros(4, np.int64))
             assert [info["t"] for info in infos] == [t] * 4 and infos[0]["name"] == f"step {t}"
     assert looked == []
+
+
+def test_replies_larger_than_a_pipe_during_a_synchronous_step(no_leaks):
+    """An info of 1 MiB every third step: the worker blocks writing it until the main process reads
+    it inside the step's wait; the infos equal DummyVecEnv's, step after step."""
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    from tests.info_envs import make_big_info_env
+
+    fn = functools.partial(make_big_info_env, 3, 1 << 20)
+    ref = DummyVecEnv([fn] * 4)
+    with ShmVecEnv([fn] * 4, "fork", n_workers=2) as env:
+        for venv in (env, ref):
+            venv.seed(0)
+            venv.reset()
+        for t in range(1, 8):
+            got, want = env.step(np.zeros(4, np.int64))[3], ref.step(np.zeros(4, np.int64))[3]
+            assert [i.get("blob") for i in got] == [i.get("blob") for i in want], f"step {t}"
+            assert [i["t"] for i in got] == [i["t"] for i in want] == [t] * 4
+            assert ("blob" in got[0]) == (t % 3 == 0)
+    ref.close()
