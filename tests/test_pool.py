@@ -163,9 +163,9 @@ def test_learned_info_schema_reaches_every_worker(no_leaks, monkeypatch, batch_s
     rows = TypedInfos.rows
 
     def recording(self, parts, infos):
-        typed, learned = rows(self, parts, infos)
+        typed = rows(self, parts, infos)
         masks.append(np.zeros(0, bool) if typed is None else typed.mask.copy())
-        return typed, learned
+        return typed
 
     monkeypatch.setattr(TypedInfos, "rows", recording)
     # No episode ends (their first info is a reset's, which the schema does not fit): every info typed.

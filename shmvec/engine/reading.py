@@ -90,7 +90,7 @@ class BatchReader:
                     ]
         typed = None
         if self.arrays:
-            typed, _ = self.typed.rows([(slot, range(self.n_envs))], infos)
+            typed = self.typed.rows([(slot, range(self.n_envs))], infos)
             for w, (_, reply) in zip(workers, arrived):
                 if typed is not None and isinstance(reply, m.Restarted):
                     g = self.worker_envs[w]
@@ -128,7 +128,7 @@ class BatchReader:
         columns = self.typed.columns
         typed = None
         if columns is not None and self.arrays:
-            typed, _ = self.typed.rows(rows, {})
+            typed = self.typed.rows(rows, {})
         learning: dict[int, dict[str, Any]] | None = None  # the steps' own infos, to learn from
         pos = 0
         for (s, g), (cmd, reply) in zip(rows, arrived):

@@ -70,46 +70,42 @@ class TypedInfos:
         if schema is not None and self.areas is not None:
             self.columns = InfoColumns(schema, *self.areas)
 
-    def read(self, slot: int, envs: Sequence[range], infos: dict[int, dict[str, Any]]) -> InfoSchema | None:
+    def read(self, slot: int, envs: Sequence[range], infos: dict[int, dict[str, Any]]) -> None:
         """Complete ``infos`` (env -> what came through the pipe) with the typed values the workers of
-        ``envs`` wrote into ``slot``. While learning, look at the infos for a schema: the schema to
-        send every worker when one is found (else None)."""
+        ``envs`` wrote into ``slot``; while learning, :meth:`learn` from them instead."""
         if self.columns is not None:
             self.columns.read(slot, envs, infos)
-            return None
-        return self.learn(infos)
+        else:
+            self.learn(infos)
 
-    def rows(
-        self, parts: Sequence[tuple[int, range]], infos: dict[int, dict[str, Any]]
-    ) -> tuple[TypedRows | None, InfoSchema | None]:
+    def rows(self, parts: Sequence[tuple[int, range]], infos: dict[int, dict[str, Any]]) -> TypedRows | None:
         """The typed values of the batch made of ``parts`` (``(slot, group)`` each, in batch order) as
-        columns (see :class:`TypedRows`), or None when no schema is in force; and, while learning,
-        the schema found in ``infos`` (position -> what came through the pipe), if any."""
+        columns (see :class:`TypedRows`), or None when no schema is in force (then, while learning,
+        :meth:`learn` from ``infos``: position -> what came through the pipe)."""
         columns = self.columns
         if columns is None:
-            return None, self.learn(infos)
+            self.learn(infos)
+            return None
         taken = [columns.take(slot, [g]) for slot, g in parts]
         if len(taken) == 1:
             values, mask = taken[0]
         else:
             values = [np.concatenate([t[0][k] for t in taken]) for k in range(len(columns.keys))]
             mask = np.concatenate([t[1] for t in taken])
-        return TypedRows(columns.keys, columns.types, values, mask), None
+        return TypedRows(columns.keys, columns.types, values, mask)
 
-    def learn(self, infos: dict[int, dict[str, Any]]) -> InfoSchema | None:
-        """While learning, look at one batch's ``infos`` (what came through the pipe): the schema
-        found, now in force here and to be sent to every worker, or None (not yet, or never)."""
+    def learn(self, infos: dict[int, dict[str, Any]]) -> None:
+        """While learning, look at one batch's ``infos`` (what came through the pipe): a schema found
+        is in force here from now on, and every worker is to be told it (:meth:`tell`)."""
         if not self.learning:
-            return None
+            return
         self.left -= 1
         if not infos and self.left > 0:
-            return None
+            return
         self.learning = False
         self._use(learn(list(infos.values())))
-        if self.columns is None:
-            return None
-        self.untold = set(range(self.n_workers))
-        return self.columns.schema
+        if self.columns is not None:
+            self.untold = set(range(self.n_workers))
 
     def tell(self, workers: list[int]) -> list[int]:
         """Which of ``workers`` (idle: about to be given a step) are to be told the learned schema
