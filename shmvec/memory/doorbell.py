@@ -139,15 +139,13 @@ class MainBell:
     """The main process's side: post commands to workers, tell which have finished.
 
     :param words: the ring's ``(ctl, cmd, ack)`` arrays (:attr:`shmvec.memory.ring.Ring.bell`).
-    :param wake_fd: the ``eventfd`` the workers write when the main process should look.
     """
 
-    def __init__(self, words: tuple[np.ndarray, np.ndarray, np.ndarray], wake_fd: int) -> None:
+    def __init__(self, words: tuple[np.ndarray, np.ndarray, np.ndarray]) -> None:
         check_available()
         self.ctl, cmd, ack = words
         self.seq, self.op, self.slot, self.flags = (cmd[:, c] for c in (SEQ, OP, SLOT, FLAGS))
         self.acked, self.has_reply = ack[:, ACK_SEQ], ack[:, HAS_REPLY]
-        self.wake_fd = wake_fd
         n = len(self.seq)
         self.pending = self.ctl[BITS : BITS + -(-n // 32)]  # one bit per worker of a counted batch
         self._word = np.arange(n) // 32

@@ -106,7 +106,7 @@ class LocalTransport:
         """The ring exists: its doorbell reaches the workers once they have attached."""
         assert ring.bell is not None, "the local transport needs a ring with a doorbell"
         self.res.ring = ring
-        self.res.bell = MainBell(ring.bell, self.res.wake.fileno())
+        self.res.bell = MainBell(ring.bell)
 
     def kill(self, w: int) -> None:
         """SIGKILL worker ``w`` and reap it; stop watching it."""
