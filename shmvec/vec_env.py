@@ -25,7 +25,7 @@ from shmvec.engine.build import build
 from shmvec.engine.core import Engine
 from shmvec.engine.options import Options
 from shmvec.errors import ShmVecEnvError
-from shmvec.memory.layout import assemble, terminal_leaves
+from shmvec.memory.layout import assemble, terminal_obs
 from shmvec.wire import messages as m
 
 
@@ -135,12 +135,6 @@ class ShmVecEnv(VecEnv):
             arrays = self._device.obs(arrays)
         return assemble(self.observation_space, arrays)
 
-    def _final_obs(self, leaves: list[np.ndarray], reset_info: dict[str, Any] | None) -> VecEnvObs:
-        leaves = terminal_leaves(leaves, reset_info)
-        if self._device is not None:
-            leaves = self._device.final(leaves)
-        return assemble(self.observation_space, leaves)
-
     def reset(self) -> VecEnvObs:
         """Reset every env with the seeds/options set by ``seed()``/``set_options()`` (used once)."""
         # DummyVecEnv's rule: an env's reset gets options only when they were set (and not empty).
@@ -172,9 +166,12 @@ class ShmVecEnv(VecEnv):
         for i, info in batch.infos.items():  # the env's own keys first, as DummyVecEnv has them
             info["TimeLimit.truncated"] = time_limit[i]
             infos[i] = info
+        convert = None if self._device is None else self._device.final
         for i, final in batch.finals.items():
             reset_info = batch.reset_infos.get(i)
-            infos[i]["terminal_observation"] = self._final_obs(final, reset_info)
+            infos[i]["terminal_observation"] = terminal_obs(
+                self.observation_space, final, reset_info, convert
+            )
         for i, reset_info in batch.reset_infos.items():
             self.reset_infos[i] = reset_info
         rewards = batch.rewards.astype(self.reward_dtype)

@@ -24,7 +24,7 @@ from shmvec.engine.flights import FIRST_READY, POOL_ORDERS, pool_workers
 from shmvec.engine.groups import usable_cpus
 from shmvec.engine.options import Options
 from shmvec.errors import NoPendingCallError, PendingCallError
-from shmvec.memory.layout import assemble, terminal_leaves
+from shmvec.memory.layout import assemble, terminal_obs
 from shmvec.vector_pool import PoolMethods, batch_infos
 from shmvec.wire import messages as m
 
@@ -192,10 +192,8 @@ class ShmVectorEnv(PoolMethods, VectorEnv):
         return assemble(self.single_observation_space, arrays)
 
     def _final_obs(self, leaves: list[Any], reset_info: dict[str, Any] | None) -> Any:
-        leaves = terminal_leaves(leaves, reset_info)
-        if self._device is not None:
-            leaves = self._device.final(leaves)
-        return assemble(self.single_observation_space, leaves)
+        convert = None if self._device is None else self._device.final
+        return terminal_obs(self.single_observation_space, leaves, reset_info, convert)
 
     def _fields(self, *arrays: np.ndarray) -> tuple[Any, ...]:
         """Rewards, terminations, truncations (fresh arrays), as tensors where ``device_fields`` says."""

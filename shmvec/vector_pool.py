@@ -33,7 +33,7 @@ from shmvec.engine.core import Engine
 from shmvec.memory.layout import ARRAY_SPACES
 
 #: ``final_obs(arrays, reset_info)``: a terminal observation from its leaf arrays and the reset info
-#: of the same step (see :func:`shmvec.memory.layout.terminal_leaves`).
+#: of the same step (see :func:`shmvec.memory.layout.terminal_obs`).
 FinalObs = Callable[[list[np.ndarray], dict[str, Any]], Any]
 
 

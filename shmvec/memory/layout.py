@@ -18,7 +18,7 @@ observation has the key order SB3 expects.
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import singledispatch
 from typing import Any
@@ -165,14 +165,21 @@ def leaves_as_returned(leaves_: list[Leaf], values: list[Any], skip: Sequence[in
     }
 
 
-def terminal_leaves(arrays: list[Any], reset_info: dict[str, Any] | None) -> list[Any]:
-    """The leaves of the terminal observation of a same-step autoreset, element types included, as
-    the env returned it: the leaf ``arrays`` read from the ring, but for the leaves the worker sent
-    under :data:`AS_RETURNED` in ``reset_info`` (taken out of it). The faces assemble them."""
+def terminal_obs(
+    space: spaces.Space,
+    arrays: list[Any],
+    reset_info: dict[str, Any] | None,
+    convert: Callable[[list[Any]], list[Any]] | None = None,
+) -> Any:
+    """The terminal observation of a same-step autoreset, element types included, as the env
+    returned it: the leaf ``arrays`` read from the ring, but for the leaves the worker sent under
+    :data:`AS_RETURNED` in ``reset_info`` (taken out of it); ``convert`` (a face's ``device=``
+    converter, :mod:`shmvec.device`) turns the leaves into what the face returns before they are
+    assembled into ``space``'s structure."""
     returned = reset_info.pop(AS_RETURNED, None) if reset_info else None
     if returned:
         arrays = [returned.get(k, a) for k, a in enumerate(arrays)]
-    return arrays
+    return assemble(space, arrays if convert is None else convert(arrays))
 
 
 #: Spaces whose values are arrays (a batch of them is one array, one row per env).
