@@ -89,10 +89,11 @@ class Flights:
         self.every = batch_size == n_envs
         self.group_size = len(groups[0])  # every group's, except when a batch is every group
         self.per_batch = n_workers if self.every else batch_size // self.group_size
-        self.owner = np.repeat(np.arange(n_workers), [len(g) for g in groups])  # env -> worker
+        self.owner = np.repeat(np.arange(n_workers), [len(g) for g in groups]).tolist()  # env -> worker
         self.busy: dict[int, Command] = {}  # worker -> the command in flight
         self.ready: dict[int, tuple[Command, Reply | None]] = {}  # in the order they came in
         self.pending: dict[int, dict[int, Any]] = {}  # worker -> local env -> action, until all are set
+        self.pickled: set[int] = set()  # workers of pending with an action not in the ring
         self.next_worker = 0  # deterministic order: the first group of the next batch
         self.last_ids: np.ndarray | None = None  # the envs of the batch received last
 
@@ -112,6 +113,7 @@ class Flights:
         """Forget replies not received and actions of partly sent groups (a reset follows)."""
         self.ready.clear()
         self.pending.clear()
+        self.pickled.clear()
         self.next_worker = 0
         self.last_ids = None
 
@@ -140,32 +142,36 @@ class Flights:
             action (nothing recorded then).
         """
         check_count(actions, len(ids), " of env_ids")
-        workers = self.owner[ids].tolist()
-        for i, w in zip(ids.tolist(), workers):
+        listed = ids.tolist()
+        owner, groups, pending = self.owner, self.groups, self.pending
+        workers = [owner[i] for i in listed]
+        for i, w in zip(listed, workers):
             if w in self.busy or w in self.ready:
-                g = self.groups[w]
+                g = groups[w]
                 raise ValueError(
                     f"send(): env {i}'s previous step was not received yet (worker {w} steps envs "
                     f"{g.start}..{g.stop - 1} together): recv() it before sending a new action"
                 )
-            if i - self.groups[w].start in self.pending.get(w, {}):
+            if w in pending and i - groups[w].start in pending[w]:
                 raise ValueError(f"send(): env {i} already has an action waiting for the rest of its group")
         in_ring = ring.takes_actions(actions)
         if in_ring:
             ring.actions[ids] = actions  # type: ignore[index]
-        touched: list[int] = []
-        for k, (i, w) in enumerate(zip(ids.tolist(), workers)):
-            self.pending.setdefault(w, {})[i - self.groups[w].start] = IN_RING if in_ring else actions[k]
-            if w not in touched:
-                touched.append(w)
-        full = [w for w in touched if len(self.pending[w]) == len(self.groups[w])]
-        staged = [sorted(self.pending.pop(w).items()) for w in full]
-        if all(a is IN_RING for p in staged for _, a in p):
+        else:
+            self.pickled.update(workers)
+        touched: dict[int, None] = {}  # in the order first touched
+        for k, (i, w) in enumerate(zip(listed, workers)):
+            pending.setdefault(w, {})[i - groups[w].start] = IN_RING if in_ring else actions[k]
+            touched[w] = None
+        full = [w for w in touched if len(pending[w]) == len(groups[w])]
+        staged = [sorted(pending.pop(w).items()) for w in full]
+        if not any(w in self.pickled for w in full):
             return full, None
+        self.pickled.difference_update(full)
         # A group partly sent through the ring, partly not: it travels whole, pickled.
         buffer = ring.actions
         return full, [
-            [buffer[self.groups[w].start + k].copy() if a is IN_RING else a for k, a in p]  # type: ignore[index]
+            [buffer[groups[w].start + k].copy() if a is IN_RING else a for k, a in p]  # type: ignore[index]
             for w, p in zip(full, staged)
         ]
 

@@ -143,11 +143,13 @@ class BatchReader:
                 learning.update(by_env)
             if typed is not None and not stepped:
                 typed.mask[pos : pos + len(g)] = False
-            for i in g:
-                if i in ended.infos:
-                    by_env[i] = ended.infos[i]
-            infos.update({pos + i - g.start: info for i, info in by_env.items()})
-            reset_infos.update({pos + i - g.start: info for i, info in by_env_reset.items()})
+            if ended.infos:
+                by_env.update((i, ended.infos[i]) for i in g if i in ended.infos)
+            shift = pos - g.start
+            if by_env:
+                infos.update((i + shift, info) for i, info in by_env.items())
+            if by_env_reset:
+                reset_infos.update((i + shift, info) for i, info in by_env_reset.items())
             pos += len(g)
         if learning is not None:  # from the steps' infos, not from resets', as a synchronous step
             self.typed.learn(learning)

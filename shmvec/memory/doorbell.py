@@ -152,39 +152,47 @@ class MainBell:
         self._shift = (np.arange(n) % 32).astype(np.uint32)
         self._all_pending = np.zeros(len(self.pending), np.uint32)
         np.bitwise_or.at(self._all_pending, self._word, np.left_shift(np.uint32(1), self._shift))
-        self.counted = np.zeros(n, bool)  # workers whose latest command is counted
+        self.counted = [False] * n  # per worker: whether its latest command is counted
         self._stepping_all = False  # op, flags and counted hold a counted step of every worker
         self._bell_addr = self.ctl.ctypes.data + BELL * 4
         self._bell = int(self.ctl[BELL])
         self._wake_bit = [worker_bit(w) for w in range(n)]
         self._all_wake_bits = _ALL_BITS if n >= 32 else sum(self._wake_bit)
 
-    def post(self, workers: np.ndarray | slice, op: int, slots: np.ndarray | int, counted: bool) -> None:
+    def post(self, workers: list[int] | None, op: int, slots: int | list[int], counted: bool) -> None:
         """Give ``workers`` their next command and wake them (one system call).
 
-        :param workers: worker indices (an int array, or a slice for all).
-        :param op: :data:`OP_STEP` (slot ``slots``, actions in the ring) or :data:`OP_MESSAGE`.
+        :param workers: worker indices (None: every worker).
+        :param op: :data:`OP_STEP` (slot ``slots``, or one slot per worker; actions in the ring) or
+            :data:`OP_MESSAGE`.
         :param counted: whether these are all the commands in flight (every bit of the last counted
             batch is clear): then only the last worker to finish wakes the main process.
         """
+        every = workers is None
+        index: slice | np.ndarray = slice(None) if every else np.array(workers, dtype=np.intp)
         if counted:
-            if isinstance(workers, slice):
+            if every:
                 self.pending[:] = self._all_pending
             else:
-                bits = np.zeros(len(self.pending), np.uint32)
-                np.bitwise_or.at(bits, self._word[workers], np.left_shift(np.uint32(1), self._shift[workers]))
+                bits = [0] * len(self.pending)
+                for w in workers:  # type: ignore[union-attr]
+                    bits[w >> 5] |= 1 << (w & 31)
                 self.pending[:] = bits
         self._stepping_all = False
-        self.counted[workers] = counted
-        self.op[workers] = op
-        self.slot[workers] = slots
-        self.flags[workers] = COUNTED if counted else 0
-        self.seq[workers] += 1  # uint32: wraps around, as the workers compare for equality only
-        if isinstance(workers, slice):
+        if every:
+            self.counted = [counted] * len(self.counted)
+        else:
+            for w in workers:  # type: ignore[union-attr]
+                self.counted[w] = counted
+        self.op[index] = op
+        self.slot[index] = slots
+        self.flags[index] = COUNTED if counted else 0
+        self.seq[index] += 1  # uint32: wraps around, as the workers compare for equality only
+        if every:
             self._ring(self._all_wake_bits)
         else:
             wake_bits = 0
-            for w in workers.tolist():  # a few workers (pool mode): Python ints beat numpy's reduce
+            for w in workers:  # type: ignore[union-attr]
                 wake_bits |= self._wake_bit[w]
             self._ring(wake_bits)
 
@@ -193,7 +201,7 @@ class MainBell:
         whole-array writes only."""
         self.pending[:] = self._all_pending
         if not self._stepping_all:  # the same words as the last synchronous step: left as they are
-            self.counted[:] = True
+            self.counted = [True] * len(self.counted)
             self.op[:] = OP_STEP
             self.flags[:] = COUNTED
             self._stepping_all = True
@@ -210,15 +218,17 @@ class MainBell:
         """Whether every worker of the last counted batch is done (every pending bit clear)."""
         return not self.pending.any()
 
-    def done(self, workers: np.ndarray) -> np.ndarray:
-        """Per worker of ``workers``: whether it finished its latest command (a counted one: its
-        pending bit is clear)."""
-        acked = self.acked[workers] == self.seq[workers]
-        counted = self.counted[workers]
-        if not np.count_nonzero(counted):  # pool mode's posts: none counted
-            return acked
-        cleared = (self.pending[self._word[workers]] >> self._shift[workers]) & 1 == 0
-        return np.where(counted, cleared, acked)
+    def finished(self, workers: list[int]) -> list[int]:
+        """The workers of ``workers`` that finished their latest command (a counted one: its pending
+        bit is clear), in ``workers`` order."""
+        if not workers:
+            return []
+        # One read of each word array, then Python ints: a pool batch asks about a worker or two.
+        acked, seq, counted = self.acked.tolist(), self.seq.tolist(), self.counted
+        bits = self.pending.tolist()
+        return [
+            w for w in workers if (not (bits[w >> 5] >> (w & 31)) & 1 if counted[w] else acked[w] == seq[w])
+        ]
 
     def give_up_on(self, w: int) -> bool:
         """Worker ``w`` is gone: clear its pending bit for it (atomically, as it would have); whether

@@ -58,16 +58,17 @@ class LocalTransport:
         # Edge-triggered: each worker's write is an event; the count never needs reading back.
         self.res.epoll.register(self.res.wake.fileno(), select.EPOLLIN | select.EPOLLET)
         self._fds[self.res.wake.fileno()] = (_WAKE, -1)
-        # Per worker: a command in flight, answered through the doorbell (else: a pipe message), its
-        # deadline and its name (for errors).
-        self._flying = np.zeros(n, bool)
-        self._via_bell = np.zeros(n, bool)
-        self._deadlines = np.full(n, math.inf)
+        # The workers with a command in flight; those of them answering through the doorbell (the
+        # others: through their pipe); each one's deadline; per worker, its last command's name (for
+        # errors). Sets and lists, not arrays: a pool batch posts to one or two workers, where
+        # numpy's per-call cost is most of the work.
+        self._flying: set[int] = set()
+        self._via_bell: set[int] = set()
+        self._deadlines: dict[int, float] = {}
         self._labels = [""] * n
-        self._attached = np.zeros(n, bool)  # the worker has mapped the ring: the doorbell reaches it
+        self._attached = [False] * n  # the worker has mapped the ring: the doorbell reaches it
         self.replies: dict[int, Reply] = {}  # pipe replies read for workers in flight
         self.idle_faults: dict[int, Fault] = {}  # workers found dead while idle
-        self._n_flying = 0  # workers with a command in flight, as counted in _flying
         # A counted step of every worker in flight (the fast path): its deadline, and its label; the
         # arrays above say nothing of it until _materialize() writes it into them.
         self._whole_until: float | None = None
@@ -97,8 +98,8 @@ class LocalTransport:
             res.epoll.register(fd, select.EPOLLIN)
             self._fds[fd] = (kind, w)
         self._materialize()
-        self._n_flying += not self._flying[w]
-        self._flying[w], self._via_bell[w] = True, False
+        self._flying.add(w)
+        self._via_bell.discard(w)
         self._deadlines[w] = math.inf if self.timeout is None else time.monotonic() + self.timeout
         self._labels[w] = MAKE_ENV
 
@@ -126,8 +127,7 @@ class LocalTransport:
         self._materialize()
         if self.res.bell is not None:
             self.res.bell.give_up_on(w)
-        self._n_flying -= bool(self._flying[w])
-        self._flying[w] = False
+        self._flying.discard(w)
         self.replies.pop(w, None)
         for fd, (kind, owner) in list(self._fds.items()):
             if owner == w and kind != _WAKE:
@@ -154,49 +154,49 @@ class LocalTransport:
             self._whole_label = commands.label  # type: ignore[union-attr]
             return []
         self._materialize()
-        ws = np.asarray(workers, dtype=np.intp)
+        ws = list(workers)
         msgs = [commands] * len(ws) if isinstance(commands, Command) else list(commands)
-        faults = [self.idle_faults.pop(w) for w in ws.tolist() if w in self.idle_faults]
+        faults = [self.idle_faults.pop(w) for w in ws if w in self.idle_faults]
         if faults:
-            keep = ~np.isin(ws, [f.worker for f in faults])
-            ws, msgs = ws[keep], [c for c, k in zip(msgs, keep.tolist()) if k]
-        if not len(ws):
+            dead = {f.worker for f in faults}
+            msgs = [c for w, c in zip(ws, msgs) if w not in dead]
+            ws = [w for w in ws if w not in dead]
+        if not ws:
             return faults
-        bell = self.res.bell
-        # np.count_nonzero: a tenth of ndarray.all()/any()'s cost on the few workers of a pool post.
-        by_bell = self._attached[ws] if bell is not None else np.zeros(len(ws), bool)
-        n_by_bell = np.count_nonzero(by_bell)
+        bell, attached = self.res.bell, self._attached
+        by_bell = [w for w in ws if attached[w]] if bell is not None else []
         # Counted (one wake-up when the last finishes) when these are all the commands in flight.
-        counted = n_by_bell == len(ws) and not self._n_flying
-        in_ring = n_by_bell == len(ws) and all(isinstance(c, Step) and c.actions is None for c in msgs)
-        if bell is not None and n_by_bell:
-            every = len(ws) == self.n_workers and counted
-            targets: slice | np.ndarray = slice(None) if every else ws[by_bell]
+        counted = len(by_bell) == len(ws) and not self._flying
+        in_ring = len(by_bell) == len(ws) and all(isinstance(c, Step) and c.actions is None for c in msgs)
+        if by_bell:
+            targets = None if counted and len(ws) == self.n_workers else by_bell
             if in_ring:
                 slots = [c.slot for c in msgs]  # type: ignore[attr-defined]
                 same = slots.count(slots[0]) == len(slots)
-                bell.post(targets, OP_STEP, slots[0] if same else np.array(slots), counted)
+                bell.post(targets, OP_STEP, slots[0] if same else slots, counted)  # type: ignore[union-attr]
             else:
                 # Rung before the messages are written: a worker reads its pipe only once woken, and a
                 # message larger than the pipe's buffer could not be written before that.
-                bell.post(targets, OP_MESSAGE, 0, counted)
+                bell.post(targets, OP_MESSAGE, 0, counted)  # type: ignore[union-attr]
         sent = ws
         if not in_ring:
-            ok = []
-            for w, msg in zip(ws.tolist(), msgs):
+            sent = []
+            for w, msg in zip(ws, msgs):
                 fault = self._write(w, msg)
                 if fault is None:
-                    ok.append(w)
+                    sent.append(w)
                     continue
                 self.kill(w)
                 faults.append(fault)
-            sent = np.array(ok, dtype=np.intp)
-        self._n_flying += len(sent) - int(np.count_nonzero(self._flying[sent]))
-        self._flying[sent] = True
-        self._via_bell[sent] = self._attached[sent]
-        self._deadlines[sent] = math.inf if self.timeout is None else time.monotonic() + self.timeout
+        deadline = math.inf if self.timeout is None else time.monotonic() + self.timeout
         label = msgs[0].label
-        for w in sent.tolist():
+        for w in sent:
+            self._flying.add(w)
+            if attached[w]:
+                self._via_bell.add(w)
+            else:
+                self._via_bell.discard(w)
+            self._deadlines[w] = deadline
             self._labels[w] = label
         return faults
 
@@ -209,7 +209,7 @@ class LocalTransport:
             and len(workers) == self.n_workers
             and not self.idle_faults
             and self._all_attached
-            and not self._n_flying
+            and not self._flying
             and self._whole_until is None
         )
 
@@ -235,31 +235,31 @@ class LocalTransport:
             if need == self.n_workers and limit is None and self._wait_whole(outcome):
                 return outcome
             self._materialize()
-        ws = np.asarray(workers, dtype=np.intp)
-        for w in ws[~self._flying[ws]].tolist():
-            if w in self.idle_faults:
+        flying = self._flying
+        pending = [w for w in workers if w in flying]
+        for w in workers:
+            if w not in flying and w in self.idle_faults:
                 outcome.faults.append(self.idle_faults.pop(w))
-        pending = ws[self._flying[ws]]
         give_up = math.inf if limit is None else time.monotonic() + limit
         polled = False  # a wait of limit 0 still looks once at what arrived
         # One look at the ring per wake-up: the workers done are collected at the top, right after
         # the poll that woke this process.
         while True:
             pending = self._collect(pending, outcome)
-            if outcome.finished + len(outcome.faults) >= need or not len(pending):
+            if outcome.finished + len(outcome.faults) >= need or not pending:
                 break
             now = time.monotonic()
-            deadlines = self._deadlines[pending]
-            if float(deadlines.min()) <= now:
-                for w in pending[deadlines <= now].tolist():
+            first = min(self._deadlines[w] for w in pending)
+            if first <= now:
+                for w in [w for w in pending if self._deadlines[w] <= now]:
                     label = self._labels[w]
                     self.kill(w)
                     outcome.faults.append(self.procs.hung(w, label, self.timeout, self.res))  # type: ignore[arg-type]
-                pending = pending[self._flying[pending]]
+                pending = [w for w in pending if w in flying]
                 continue
             if polled and now >= give_up:
                 break
-            until = min(give_up, float(deadlines.min()))
+            until = min(give_up, first)
             wait_s = -1.0 if until == math.inf else max(0.0, until - now)
             for fd, _ in self.res.epoll.poll(wait_s):
                 kind, w = self._fds.get(fd, (None, -1))
@@ -268,8 +268,8 @@ class LocalTransport:
                 elif kind == _SENTINEL:
                     self._ended(w, outcome)
             polled = True
-            pending = pending[self._flying[pending]]
-        if not self._n_flying:
+            pending = [w for w in pending if w in flying]
+        if not flying:
             outcome.faults.sort(key=lambda f: f.worker)
         return outcome
 
@@ -313,39 +313,35 @@ class LocalTransport:
         reads them: the general wait, a post, a worker's end)."""
         if self._whole_until is None:
             return
-        self._flying[:], self._via_bell[:] = True, True
-        self._deadlines[:] = self._whole_until
+        every = range(self.n_workers)
+        self._flying.update(every)
+        self._via_bell.update(every)
+        self._deadlines.update(dict.fromkeys(every, self._whole_until))
         self._labels = [self._whole_label] * self.n_workers
-        self._n_flying = self.n_workers
         self._whole_until = None
 
-    def _collect(self, pending: np.ndarray, outcome: Outcome) -> np.ndarray:
+    def _collect(self, pending: list[int], outcome: Outcome) -> list[int]:
         """Move the finished workers of ``pending`` into ``outcome``; the ones still busy."""
-        if not len(pending):
+        if not pending:
             return pending
-        bell, via = self.res.bell, self._via_bell[pending]
-        n_via = np.count_nonzero(via)
-        if n_via == len(pending):
-            done = bell.done(pending)  # type: ignore[union-attr]
-        else:
-            done = np.zeros(len(pending), bool)
-            if n_via:
-                done[via] = bell.done(pending[via])  # type: ignore[union-attr]
-            done[~via] = [w in self.replies for w in pending[~via].tolist()]
-        if not np.count_nonzero(done):
+        bell, via = self.res.bell, self._via_bell
+        done = set(bell.finished([w for w in pending if w in via])) if bell is not None else set()
+        done.update(w for w in pending if w not in via and w in self.replies)
+        if not done:
             return pending
-        finished = pending[done]
+        finished = [w for w in pending if w in done]
         if bell is not None:
-            for w in finished[(bell.has_reply[finished] != 0) & self._via_bell[finished]].tolist():
-                if w not in self.replies:
+            has_reply = bell.has_reply  # read after the words that said the worker finished
+            for w in finished:
+                if w in via and has_reply[w] and w not in self.replies:
                     self._receive(w)
-        finished = finished[self._flying[finished]]  # not those that died while their reply was read
-        self._flying[finished] = False
-        self._n_flying -= len(finished)
+        finished = [w for w in finished if w in self._flying]  # not those that died as their reply was read
+        self._flying.difference_update(finished)
+        still = [w for w in pending if w not in done]
         if not self.replies:  # the usual step: every reply is in the ring
-            outcome.results.update(dict.fromkeys(finished.tolist()))
-            return pending[~done]
-        for w in finished.tolist():
+            outcome.results.update(dict.fromkeys(finished))
+            return still
+        for w in finished:
             reply = self.replies.pop(w, None)
             if self._labels[w] == MAKE_ENV:
                 # The worker has opened its fault log: its name can go (the fd stays here).
@@ -358,8 +354,8 @@ class LocalTransport:
             if self._labels[w] == Attach.name and isinstance(reply, Returned):
                 self._attached[w] = True
                 self.res.attached[w] = True
-                self._all_attached = bool(self._attached.all()) and self.res.bell is not None
-        return pending[~done]
+                self._all_attached = all(self._attached) and self.res.bell is not None
+        return still
 
     def _receive(self, w: int) -> None:
         """Read worker ``w``'s reply from its pipe (it is there, or being written)."""
@@ -373,7 +369,7 @@ class LocalTransport:
 
     def _read_reply(self, w: int, outcome: Outcome) -> None:
         """Worker ``w``'s pipe is readable: its reply (before it finished), or EOF (it ended)."""
-        if self._flying[w] and w not in self.replies:
+        if w in self._flying and w not in self.replies:
             try:
                 self.replies[w] = framing.receive(self.res.remotes[w].fileno())
             except (EOFError, OSError):
@@ -384,14 +380,14 @@ class LocalTransport:
 
     def _ended(self, w: int, outcome: Outcome) -> None:
         """Worker ``w``'s process ended (or its pipe closed)."""
-        if self._flying[w]:
+        if w in self._flying:
             if self.res.processes[w].is_alive():
                 return  # a pipe event while its reply was being read: nothing ended
             if w not in self.replies and _readable(self.res.remotes[w].fileno()):
                 # A reply it sent before ending is still read.
                 with suppress(EOFError, OSError):
                     self.replies[w] = framing.receive(self.res.remotes[w].fileno())
-            if w in self.replies and not self._via_bell[w]:
+            if w in self.replies and w not in self._via_bell:
                 return  # collected as a reply; its end shows at the next command
             outcome.faults.append(self.lost(w, self._labels[w]))
         else:

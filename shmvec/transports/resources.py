@@ -13,8 +13,6 @@ from contextlib import suppress
 from multiprocessing.connection import Connection
 from typing import Any
 
-import numpy as np
-
 from shmvec.memory.doorbell import OP_MESSAGE, MainBell
 from shmvec.memory.ring import Ring
 from shmvec.wire import framing
@@ -84,14 +82,14 @@ class Resources:
         if self.bell is not None and attached:
             # A worker still busy with a command reads its words only once it is done: overwritten
             # now, its command and the close would be mixed up. Let it finish first (within the grace).
-            busy = np.array(attached)
-            while len(busy) and time.monotonic() < deadline:
-                busy = busy[~self.bell.done(busy)]
-                busy = np.array([w for w in busy.tolist() if self.processes[w].is_alive()], dtype=np.intp)
-                if len(busy):
-                    self._drain_replies(busy.tolist(), 0.02)
+            busy = attached
+            while busy and time.monotonic() < deadline:
+                done = set(self.bell.finished(busy))
+                busy = [w for w in busy if w not in done and self.processes[w].is_alive()]
+                if busy:
+                    self._drain_replies(busy, 0.02)
             # Rung first: a worker reads its pipe only once woken. Not counted: nobody waits.
-            self.bell.post(np.array(attached), OP_MESSAGE, 0, counted=False)
+            self.bell.post(attached, OP_MESSAGE, 0, counted=False)
         close = framing.dumps(Close())
         for remote in self.remotes:
             with suppress(OSError, ValueError):
