@@ -145,24 +145,31 @@ class Flights:
         listed = ids.tolist()
         owner, groups, pending = self.owner, self.groups, self.pending
         workers = [owner[i] for i in listed]
-        for i, w in zip(listed, workers):
+        touched = list(dict.fromkeys(workers))  # in the order first touched
+        for w in touched:
             if w in self.busy or w in self.ready:
                 g = groups[w]
                 raise ValueError(
-                    f"send(): env {i}'s previous step was not received yet (worker {w} steps envs "
-                    f"{g.start}..{g.stop - 1} together): recv() it before sending a new action"
+                    f"send(): env {listed[workers.index(w)]}'s previous step was not received yet "
+                    f"(worker {w} steps envs {g.start}..{g.stop - 1} together): recv() it before "
+                    "sending a new action"
                 )
-            if w in pending and i - groups[w].start in pending[w]:
-                raise ValueError(f"send(): env {i} already has an action waiting for the rest of its group")
+        if pending:
+            for i, w in zip(listed, workers):
+                if w in pending and i - groups[w].start in pending[w]:
+                    raise ValueError(
+                        f"send(): env {i} already has an action waiting for the rest of its group"
+                    )
         in_ring = ring.takes_actions(actions)
         if in_ring:
             ring.actions[ids] = actions  # type: ignore[index]
+            # Whole groups and nothing partly sent (every batch recv() returns): nothing to record.
+            if not pending and len(listed) == sum(len(groups[w]) for w in touched):
+                return touched, None
         else:
             self.pickled.update(workers)
-        touched: dict[int, None] = {}  # in the order first touched
         for k, (i, w) in enumerate(zip(listed, workers)):
             pending.setdefault(w, {})[i - groups[w].start] = IN_RING if in_ring else actions[k]
-            touched[w] = None
         full = [w for w in touched if len(pending[w]) == len(groups[w])]
         staged = [sorted(pending.pop(w).items()) for w in full]
         if not any(w in self.pickled for w in full):

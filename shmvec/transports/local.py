@@ -156,7 +156,7 @@ class LocalTransport:
         self._materialize()
         ws = list(workers)
         msgs = [commands] * len(ws) if isinstance(commands, Command) else list(commands)
-        faults = [self.idle_faults.pop(w) for w in ws if w in self.idle_faults]
+        faults = [self.idle_faults.pop(w) for w in ws if w in self.idle_faults] if self.idle_faults else []
         if faults:
             dead = {f.worker for f in faults}
             msgs = [c for w, c in zip(ws, msgs) if w not in dead]
@@ -164,7 +164,8 @@ class LocalTransport:
         if not ws:
             return faults
         bell, attached = self.res.bell, self._attached
-        by_bell = [w for w in ws if attached[w]] if bell is not None else []
+        # A worker is attached only once the ring and its bell exist.
+        by_bell = ws if self._all_attached else [w for w in ws if attached[w]]
         # Counted (one wake-up when the last finishes) when these are all the commands in flight.
         counted = len(by_bell) == len(ws) and not self._flying
         in_ring = len(by_bell) == len(ws) and all(isinstance(c, Step) and c.actions is None for c in msgs)
@@ -189,14 +190,12 @@ class LocalTransport:
                 self.kill(w)
                 faults.append(fault)
         deadline = math.inf if self.timeout is None else time.monotonic() + self.timeout
+        self._flying.update(sent)
+        self._via_bell.difference_update(sent)
+        self._via_bell.update(w for w in sent if attached[w])
+        self._deadlines.update(dict.fromkeys(sent, deadline))
         label = msgs[0].label
         for w in sent:
-            self._flying.add(w)
-            if attached[w]:
-                self._via_bell.add(w)
-            else:
-                self._via_bell.discard(w)
-            self._deadlines[w] = deadline
             self._labels[w] = label
         return faults
 
