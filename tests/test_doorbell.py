@@ -134,3 +134,73 @@ def test_replies_larger_than_a_pipe_during_a_synchronous_step(no_leaks):
             assert [i["t"] for i in got] == [i["t"] for i in want] == [t] * 4
             assert ("blob" in got[0]) == (t % 3 == 0)
     ref.close()
+
+
+@pytest.mark.parametrize("n", [1, 7, 8, 9, 16, 17, 20, 33, 64, 70])
+def test_leaders_and_their_followers_cover_every_worker_once(n):
+    from shmvec.memory.doorbell import FAN_OUT_GROUP, followers, leaders
+
+    first = leaders(n)
+    woken = first + [v for w in first for v in followers(w, n)]
+    assert sorted(woken) == list(range(n))
+    assert len(first) == (n if n <= FAN_OUT_GROUP else -(-n // FAN_OUT_GROUP))
+    assert all(not followers(v, n) for w in first for v in followers(w, n))  # one level only
+
+
+def test_fanned_out_steps_equal_dummyvecenv(no_leaks):
+    """20 workers: the main process wakes workers 0, 8 and 16, they wake the others; every env steps
+    (observations, rewards, dones and infos equal DummyVecEnv's, episode ends included)."""
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    fns = [FaultyEnv] * 20
+    ref = DummyVecEnv(fns)
+    rng = np.random.default_rng(0)
+    with ShmVecEnv(fns, "fork", n_workers=20) as env:
+        for venv in (env, ref):
+            venv.seed(3)
+        np.testing.assert_array_equal(env.reset(), ref.reset())
+        for _ in range(12):
+            actions = rng.integers(0, 3, 20)
+            got, want = env.step(actions), ref.step(actions)
+            for a, b in zip(got[:3], want[:3]):
+                np.testing.assert_array_equal(a, b)
+            assert [sorted(i) for i in got[3]] == [sorted(i) for i in want[3]]
+    ref.close()
+
+
+def test_a_stopped_leader_holds_back_none_of_its_followers(no_leaks):
+    """Leader 8 (it wakes workers 9..15) is stopped: the main process wakes its followers itself once
+    the step has taken 50 ms, so they answer within the 0.5 s timeout and only worker 8 is taken for
+    hung and rebuilt (its followers would otherwise sleep up to 1 s, past the timeout, and be
+    rebuilt with it)."""
+    with ShmVecEnv([FaultyEnv] * 16, "fork", n_workers=16, timeout=0.5, on_crash="restart") as env:
+        env.reset()
+        env.step(np.zeros(16, np.int64))
+        os.kill(env.processes[8].pid, signal.SIGSTOP)
+        _, _, dones, infos = env.step(np.zeros(16, np.int64))
+        assert env.n_restarts == 1
+        assert [i for i, info in enumerate(infos) if "shmvec.restart_reason" in info] == [8]
+        assert dones[8] and "did not answer step within 0.5 s" in infos[8]["shmvec.restart_reason"]
+
+
+@pytest.mark.parametrize("on_crash", ["raise", "restart"])
+def test_a_leader_killed_while_idle(no_leaks, on_crash):
+    """Leader 0 dies between steps, before it could wake its followers for the next: its death is
+    noticed, the main process wakes the followers, and the step raises WorkerCrashedError naming
+    worker 0 (or, restarting, rebuilds worker 0 alone and the other envs step)."""
+    with ShmVecEnv([FaultyEnv] * 12, "fork", n_workers=12, on_crash=on_crash) as env:
+        env.reset()
+        env.step(np.zeros(12, np.int64))
+        victim = env.processes[0]
+        os.kill(victim.pid, signal.SIGKILL)
+        victim.join(10)
+        start = time.monotonic()
+        if on_crash == "raise":
+            with pytest.raises(WorkerCrashedError, match=r"worker 0 \(pid \d+, envs 0\.\.0\)"):
+                env.step(np.zeros(12, np.int64))
+            assert env.closed
+        else:
+            _, _, dones, infos = env.step(np.zeros(12, np.int64))
+            assert env.n_restarts == 1
+            assert [i for i, info in enumerate(infos) if "shmvec.restart_reason" in info] == [0]
+        assert time.monotonic() - start < 30  # a hang check, not a speed figure

@@ -15,6 +15,12 @@ batch at 64 workers. Now the commands of a batch are words in the ring:
 
 The main process writes the commands, bumps ``BELL`` and calls ``FUTEX_WAKE_BITSET`` once for all
 the workers it addressed (worker ``w`` waits with bit ``w % 32``, so a subset wakes only its own).
+The kernel wakes each sleeper in turn, ~1-2 µs each, on the caller's CPU: on a synchronous step of
+more than :data:`FAN_OUT_GROUP` workers the main process wakes only the first worker of each group
+of that many (its *leader*, flagged ``FAN_OUT``), which wakes the rest of its group before stepping
+its own envs, so the main process's cost stays ~1/8 of the workers'. A leader that died is covered by
+:meth:`MainBell.give_up_on`, one that is stopped or starved by the main process waking everyone
+once the step has taken 50 ms (:mod:`shmvec.transports.local`).
 A worker finishing a *counted* command (a batch posted while no other command was in flight: every
 synchronous step) clears its pending bit with ``FUTEX_WAKE_OP`` (the kernel's atomic and-not;
 Python has no atomics of its own), and the one that finds every bit clear writes the main process's
@@ -43,6 +49,8 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import functools
+import operator
 import os
 import platform
 import select
@@ -61,6 +69,10 @@ ACK_SEQ, HAS_REPLY = 0, 1
 OP_STEP, OP_MESSAGE = 1, 2
 # flags
 COUNTED = 1
+FAN_OUT = 2  # a synchronous step: this worker (a leader) wakes its followers first
+# Workers per wake-up group of a synchronous step: the main process wakes one worker in FAN_OUT
+# (the group's leader), the leader wakes the rest.
+FAN_OUT_GROUP = 8
 
 _MASK = 0xFFFFFFFF
 _ALL_BITS = 0xFFFFFFFF
@@ -114,6 +126,11 @@ def _futex_syscall() -> Callable[..., int] | None:
 _FUTEX = _futex_syscall()
 
 
+def _wake(bell_addr: int, wake_bits: int) -> None:
+    """Wake the workers sleeping on the bell with any of ``wake_bits``."""
+    _FUTEX(bell_addr, _FUTEX_WAKE_BITSET, 0x7FFFFFFF, None, None, wake_bits)  # type: ignore[misc]
+
+
 def available() -> bool:
     """Whether this platform has what the doorbell needs (Linux futexes with a known system call
     number, and ``os.eventfd``)."""
@@ -133,6 +150,20 @@ def check_available() -> None:
 def worker_bit(w: int) -> int:
     """The futex bitset bit worker ``w`` sleeps on."""
     return 1 << (w % 32)
+
+
+def leaders(n_workers: int) -> list[int]:
+    """The workers the main process wakes for a synchronous step of ``n_workers``: every one up to
+    :data:`FAN_OUT_GROUP` workers; beyond, the first of each group of that many, which wakes the
+    others of its group (:func:`followers`)."""
+    return list(range(n_workers)) if n_workers <= FAN_OUT_GROUP else list(range(0, n_workers, FAN_OUT_GROUP))
+
+
+def followers(w: int, n_workers: int) -> range:
+    """The workers leader ``w`` wakes in a synchronous step (none for a worker that leads nothing)."""
+    if n_workers <= FAN_OUT_GROUP or w % FAN_OUT_GROUP:
+        return range(0)
+    return range(w + 1, min(w + FAN_OUT_GROUP, n_workers))
 
 
 class MainBell:
@@ -158,6 +189,11 @@ class MainBell:
         self._bell = int(self.ctl[BELL])
         self._wake_bit = [worker_bit(w) for w in range(n)]
         self._all_wake_bits = _ALL_BITS if n >= 32 else sum(self._wake_bit)
+        # A synchronous step wakes the leaders only; they wake their followers (see followers()).
+        first = leaders(n)
+        self._leader_bits = functools.reduce(operator.or_, (self._wake_bit[w] for w in first), 0)
+        self._whole_flags = np.full(n, COUNTED, np.uint32)
+        self._whole_flags[[w for w in first if followers(w, n)]] |= FAN_OUT
 
     def post(self, workers: list[int] | None, op: int, slots: int | list[int], counted: bool) -> None:
         """Give ``workers`` their next command and wake them (one system call).
@@ -203,16 +239,25 @@ class MainBell:
         if not self._stepping_all:  # the same words as the last synchronous step: left as they are
             self.counted = [True] * len(self.counted)
             self.op[:] = OP_STEP
-            self.flags[:] = COUNTED
+            self.flags[:] = self._whole_flags
             self._stepping_all = True
         self.slot[:] = slot
         self.seq += 1
-        self._ring(self._all_wake_bits)
+        self._ring(self._leader_bits)
 
     def _ring(self, wake_bits: int) -> None:
         self._bell = (self._bell + 1) & _MASK
         self.ctl[BELL] = self._bell
-        _FUTEX(self._bell_addr, _FUTEX_WAKE_BITSET, 0x7FFFFFFF, None, None, wake_bits)  # type: ignore[misc]
+        _wake(self._bell_addr, wake_bits)
+
+    @property
+    def fans_out(self) -> bool:
+        """Whether a synchronous step wakes leaders only (more than :data:`FAN_OUT_GROUP` workers)."""
+        return self._leader_bits != self._all_wake_bits
+
+    def wake_all(self) -> None:
+        """Wake every worker (those without a new command go back to sleep)."""
+        _wake(self._bell_addr, self._all_wake_bits)
 
     def batch_done(self) -> bool:
         """Whether every worker of the last counted batch is done (every pending bit clear)."""
@@ -236,6 +281,8 @@ class MainBell:
         if self.counted[w]:
             addr = self.pending.ctypes.data + int(self._word[w]) * 4
             _FUTEX(addr, _FUTEX_WAKE_OP, 0, None, addr, _clear_bit_op(int(self._shift[w])))  # type: ignore[misc]
+            if self._stepping_all:
+                self.wake_all()  # it may have been a leader that died before waking its followers
             self.counted[w] = False
             self._stepping_all = False
         return self.batch_done()
@@ -264,6 +311,7 @@ class WorkerBell:
         self.mine, self.ack = cmd[w], ack[w]
         self.wake_fd, self.spin = wake_fd, spin
         self.bit = worker_bit(w)
+        self._follower_bits = functools.reduce(operator.or_, map(worker_bit, followers(w, len(cmd))), 0)
         self.last = int(self.mine[SEQ])
         self.ack[ACK_SEQ] = self.last
         self.flags = 0
@@ -298,6 +346,8 @@ class WorkerBell:
         mine = self.mine
         self.last = int(mine[SEQ])
         self.flags = int(mine[FLAGS])
+        if self.flags & FAN_OUT:
+            _wake(self._bell_addr, self._follower_bits)  # before this worker's own envs step
         return int(mine[OP]), int(mine[SLOT])
 
     def _orphaned(self) -> bool:

@@ -37,6 +37,9 @@ from shmvec.wire.messages import MAKE_ENV, Attach, Command, Failed, Reply, Retur
 # woken for, so the pipe has room. A larger one is written within ``timeout``.
 _SMALL_MESSAGE = 4096
 _WAKE, _PIPE, _SENTINEL = 0, 1, 2
+# A synchronous step not done after this long (s): the main process wakes every worker itself, in
+# case a leader (memory.doorbell.leaders) did not wake its followers.
+_REWAKE_S = 0.05
 
 
 class LocalTransport:
@@ -280,10 +283,19 @@ class LocalTransport:
         bell = self.res.bell
         assert bell is not None and self._whole_until is not None
         until = self._whole_until
+        woken_all = not bell.fans_out
         while not bell.batch_done():
             wait_s = -1.0 if until == math.inf else max(0.0, until - time.monotonic())
+            if not woken_all:
+                wait_s = _REWAKE_S if wait_s < 0 else min(wait_s, _REWAKE_S)
             events = self.res.epoll.poll(wait_s)
             if not events:
+                if not woken_all and time.monotonic() < until:
+                    # A leader that has not woken its followers by now (stopped, or given no CPU):
+                    # they are not to wait for it, nor be taken for hung with it.
+                    bell.wake_all()
+                    woken_all = True
+                    continue
                 return False
             for fd, _ in events:
                 kind, w = self._fds.get(fd, (_WAKE, -1))
