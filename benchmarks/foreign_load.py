@@ -13,7 +13,8 @@ SB3 face, ``sync`` for the Gymnasium one), the median over rounds with the range
 ratios.
 
 Configurations: ``dummy``, ``sync`` (references); ``shm``, ``vector`` (the faces' defaults);
-``shm-w<k>`` (ShmVecEnv with ``n_workers=k``); ``shm-nospin`` (``worker_spin_us=0``).
+``shm-w<k>`` (ShmVecEnv with ``n_workers=k``); ``shm-w<k>-pin`` (and ``worker_cpus="auto"``: the
+workers dealt out to the CPUs in turn); ``shm-nospin`` (``worker_spin_us=0``).
 """
 
 from __future__ import annotations
@@ -59,7 +60,8 @@ def window(config: str, n_envs: int, seconds: float) -> float:
     elif config == "vector":
         env = ShmVectorEnv(fns, start_method="fork")
     elif config.startswith("shm-w"):
-        env = ShmVecEnv(fns, "fork", n_workers=int(config[5:]))
+        k, _, pin = config[5:].partition("-")
+        env = ShmVecEnv(fns, "fork", n_workers=int(k), worker_cpus="auto" if pin == "pin" else None)
     elif config == "shm-nospin":
         env = ShmVecEnv(fns, "fork", worker_spin_us=0)
     else:
