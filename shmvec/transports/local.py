@@ -73,7 +73,7 @@ class LocalTransport:
         self.replies: dict[int, Reply] = {}  # pipe replies read for workers in flight
         self.idle_faults: dict[int, Fault] = {}  # workers found dead while idle
         # A counted step of every worker in flight (the fast path): its deadline, and its label; the
-        # arrays above say nothing of it until _materialize() writes it into them.
+        # books above say nothing of it until _materialize() writes it into them.
         self._whole_until: float | None = None
         self._whole_label = ""
         self._all_attached = False  # every worker has mapped the ring (and the bell exists)
@@ -320,7 +320,7 @@ class LocalTransport:
         return True
 
     def _materialize(self) -> None:
-        """Write a fast-path step of every worker into the per-worker arrays (before anything that
+        """Write a fast-path step of every worker into the per-worker books (before anything that
         reads them: the general wait, a post, a worker's end)."""
         if self._whole_until is None:
             return
