@@ -74,6 +74,52 @@ def test_copy_false_views_outlive_close(no_leaks):
     del obs
 
 
+def _mappings_of(segment: str) -> list[str]:
+    with open("/proc/self/maps") as f:
+        return [line for line in f if segment in line]
+
+
+@pytest.mark.parametrize(
+    "face, options",
+    [
+        ("sb3", {}),
+        ("sb3", {"copy": False}),
+        ("sb3", {"codec": "delta", "decode_threads": 2}),
+        ("gymnasium", {}),
+        ("gymnasium", {"frame_stack": 2}),
+        ("gymnasium", {"batch_size": 2}),
+    ],
+)
+def test_a_closed_env_kept_alive_holds_no_ring_memory(no_leaks, face, options):
+    """close() lets go of everything the engine holds of the ring (lent arrays' books, the reader's
+    views, the typed info areas, the decode threads): a closed env object that the caller keeps
+    maps no part of the segment and runs no thread of its own. Only arrays the caller still holds
+    keep the mapping (test_copy_false_views_outlive_close)."""
+    import threading
+
+    from shmvec import ShmVectorEnv
+
+    if face == "sb3":
+        env = ShmVecEnv([IMAGE] * 4, "fork", n_workers=2, **options)
+        env.reset()
+        env.step(ACTIONS)
+    elif "batch_size" in options:
+        env = ShmVectorEnv([IMAGE] * 4, start_method="fork", n_workers=2, **options)
+        env.async_reset(seed=0)
+        env.recv()
+    else:
+        env = ShmVectorEnv([IMAGE] * 4, start_method="fork", n_workers=2, **options)
+        env.reset(seed=0)
+        env.step(ACTIONS)
+    segment = env._engine.ring.spec.shm_name
+    assert _mappings_of(segment)
+    env.close()
+    gc.collect()
+    assert _mappings_of(segment) == []
+    assert [t.name for t in threading.enumerate() if t.name.startswith("shmvec-")] == []
+    assert env.closed  # the object itself is still here
+
+
 def test_exception_in_worker_keeps_env_usable(no_leaks):
     with ShmVecEnv([DictImageEnv] * 3, "fork", n_workers=2) as env:
         env.reset()

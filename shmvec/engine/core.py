@@ -123,6 +123,12 @@ class Engine:
             self._openmp.close()
         if self.device is not None:
             self.device.close()  # before the ring goes: no copy may still read it
+        # What the engine holds of the ring, its decode threads first (start-up may have failed
+        # before any of it existed): a closed engine kept alive keeps no mapping of it.
+        for part in (getattr(self, "layout", None), getattr(self, "reading", None)):
+            if part is not None:
+                part.close()
+        self.slots.forget_lent()
         if self._finalizer.detach() is not None:
             self.transport.close(graceful)
 

@@ -43,6 +43,10 @@ class Gather:
         self.raw = {j: ring.obs(j) for j in reader.raw}
         self.n_read = 0
 
+    def close(self) -> None:
+        """Let go of the ring's arrays (the engine is closed)."""
+        self.raw, self.decoded = {}, {}
+
     def after_reset(self, arrays: list[np.ndarray]) -> None:
         """A synchronous ``reset()`` of every env returned ``arrays``: the decoded leaves' last
         observations are theirs."""

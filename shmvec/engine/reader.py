@@ -312,7 +312,9 @@ class Reader:
         warnings.warn(message, FidelityWarning, stacklevel=5)
 
     def close(self) -> None:
-        """Stop the decode threads."""
+        """Stop the decode threads and let go of the ring's arrays (the engine is closed)."""
         if self.decoders is not None:
             self.decoders.shutdown(wait=True)
             self.decoders = None
+        self.obs_views, self.final_views, self.decoded = {}, {}, {}
+        self._last_decoded, self._previous_copy = {}, None

@@ -54,6 +54,10 @@ class BatchReader:
         self.gather = Gather(layout.obs_leaves, self.ring, self.reader, batch_size, slots.n_slots, copy)
         self._ids = [np.arange(g.start, g.stop, dtype=np.int32) for g in self.worker_envs]  # per worker
 
+    def close(self) -> None:
+        """Let go of the ring's arrays (the engine is closed)."""
+        self.gather.close()
+
     def whole(self, workers: list[int], arrived: list[Arrived]) -> bool:
         """Whether the batch of ``workers`` is every worker, all written into one slot."""
         return len(workers) == len(self.worker_envs) and self.slots.uniform

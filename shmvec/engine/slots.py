@@ -42,6 +42,11 @@ class Slots:
         # Per slot: the event of a copy still reading it (anything with query() and synchronize()).
         self.fences: list[Any] = [None] * n_slots
 
+    def forget_lent(self) -> None:
+        """The ring is closed: drop this book's references to the arrays lent from it, so that only
+        arrays the caller still holds keep its (unlinked) segment mapped."""
+        self.lent = [[] for _ in range(self.n_slots)]
+
     def fence(self, slot: int, event: Any) -> None:
         """A copy out of ``slot`` runs until ``event`` completes: the workers must not write it before."""
         self.fences[slot] = event

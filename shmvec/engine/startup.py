@@ -39,6 +39,12 @@ class Layout:
     reader: Reader
     typed: TypedInfos
 
+    def close(self) -> None:
+        """Stop the reader's decode threads; the reader and typed infos let go of the ring's arrays
+        (the ring itself is the transport's to free)."""
+        self.reader.close()
+        self.typed.close()
+
 
 def start(transport: Transport, workers: Sequence[int], worker_envs: list[range]) -> list[Any]:
     """Start ``workers``, wait until their envs exist; the ``(observation, action)`` space of every

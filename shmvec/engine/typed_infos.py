@@ -66,6 +66,11 @@ class TypedInfos:
         if info_keys is not None and not isinstance(info_keys, str):
             self._use(declared(info_keys))
 
+    def close(self) -> None:
+        """Let go of the ring's info areas (the engine is closed)."""
+        self.areas = self.columns = None
+        self.learning = False
+
     def _use(self, schema: InfoSchema | None) -> None:
         if schema is not None and self.areas is not None:
             self.columns = InfoColumns(schema, *self.areas)

@@ -24,7 +24,7 @@ _CLOSE_GRACE_S = 5.0
 
 class Resources:
     """What must be released whatever happens: processes, pipes, fault logs, the ``eventfd`` and the
-    ``epoll`` object, the ring, the reader (its decode threads)."""
+    ``epoll`` object, the ring (the engine closes its reader, and so its decode threads, itself)."""
 
     def __init__(self, wake: Connection) -> None:
         self.processes: list[Any] = []
@@ -34,7 +34,6 @@ class Resources:
         self.bell: MainBell | None = None
         self.attached: list[bool] = []
         self.ring: Ring | None = None
-        self.reader: Any = None  # an engine.reader.Reader once built (its decode threads)
         # Per worker: an fd of the file its faulthandler writes to (unlinked once the worker runs).
         self.fault_logs: list[tuple[int, str]] = []
 
@@ -47,9 +46,6 @@ class Resources:
 
     def release(self, graceful: bool = True) -> None:
         """Stop the workers (``graceful``: ask first, then terminate), close pipes, free the ring."""
-        if self.reader is not None:
-            self.reader.close()
-            self.reader = None
         if graceful:
             self._ask_to_close()
         for process in self.processes:

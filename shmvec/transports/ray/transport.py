@@ -88,14 +88,13 @@ def disconnect() -> None:
 
 class RayResources:
     """What must be released: the actors, results still in flight, their placement group, the ring,
-    the reader, and the Ray connection if shmvec started it. ``processes``/``remotes`` are empty
-    (no local workers)."""
+    and the Ray connection if shmvec started it (the engine closes its reader itself).
+    ``processes``/``remotes`` are empty (no local workers)."""
 
     def __init__(self, owns_ray: bool) -> None:
         self.actors: list[Any] = []
         self.pending: dict[int, tuple[Any, str, int | None]] = {}  # worker -> (ref, command, slot)
         self.ring: Any = None
-        self.reader: Any = None
         self.processes: list[Any] = []
         self.remotes: list[Any] = []
         self.placement: Placement | None = None
@@ -104,9 +103,6 @@ class RayResources:
     def release(self, graceful: bool = True) -> None:
         """Close the actors' envs (``graceful``), kill every actor, remove their placement group,
         free the ring, and disconnect."""
-        if self.reader is not None:
-            self.reader.close()
-            self.reader = None
         if ray.is_initialized():
             refs = [ref for ref, _, _ in self.pending.values()]
             if graceful:
