@@ -94,7 +94,6 @@ class Flights:
         self.busy: dict[int, Command] = {}  # worker -> the command in flight
         self.ready: dict[int, tuple[Command, Reply | None]] = {}  # in the order they came in
         self.pending: dict[int, dict[int, Any]] = {}  # worker -> local env -> action, until all are set
-        self.pickled: set[int] = set()  # workers of pending with an action not in the ring
         self.next_worker = 0  # deterministic order: the first group of the next batch
         self.last_ids: np.ndarray | None = None  # the envs of the batch received last
 
@@ -115,7 +114,6 @@ class Flights:
         """Forget replies not received and actions of partly sent groups (a reset follows)."""
         self.ready.clear()
         self.pending.clear()
-        self.pickled.clear()
         self.next_worker = 0
         self.last_ids = None
 
@@ -168,15 +166,12 @@ class Flights:
             # Whole groups and nothing partly sent (every batch recv() returns): nothing to record.
             if not pending and len(listed) == sum(len(groups[w]) for w in touched):
                 return touched, None
-        else:
-            self.pickled.update(workers)
         for k, (i, w) in enumerate(zip(listed, workers)):
             pending.setdefault(w, {})[i - groups[w].start] = IN_RING if in_ring else actions[k]
         full = [w for w in touched if len(pending[w]) == len(groups[w])]
         staged = [sorted(pending.pop(w).items()) for w in full]
-        if not any(w in self.pickled for w in full):
+        if all(a is IN_RING for p in staged for _, a in p):
             return full, None
-        self.pickled.difference_update(full)
         # A group partly sent through the ring, partly not: it travels whole, pickled.
         buffer = ring.actions
         return full, [

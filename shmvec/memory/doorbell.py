@@ -55,7 +55,7 @@ import os
 import platform
 import select
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import numpy as np
 
@@ -152,6 +152,15 @@ def worker_bit(w: int) -> int:
     return 1 << (w % 32)
 
 
+def _pending_words(workers: Iterable[int], n_words: int) -> list[int]:
+    """The pending words with one bit set per worker of ``workers`` (bit ``w % 32`` of word
+    ``w // 32``)."""
+    words = [0] * n_words
+    for w in workers:
+        words[w >> 5] |= 1 << (w & 31)
+    return words
+
+
 def leaders(n_workers: int) -> list[int]:
     """The workers the main process wakes for a synchronous step of ``n_workers``: every one up to
     :data:`FAN_OUT_GROUP` workers; beyond, the first of each group of that many, which wakes the
@@ -179,10 +188,7 @@ class MainBell:
         self.acked, self.has_reply = ack[:, ACK_SEQ], ack[:, HAS_REPLY]
         n = len(self.seq)
         self.pending = self.ctl[BITS : BITS + -(-n // 32)]  # one bit per worker of a counted batch
-        self._word = np.arange(n) // 32
-        self._shift = (np.arange(n) % 32).astype(np.uint32)
-        self._all_pending = np.zeros(len(self.pending), np.uint32)
-        np.bitwise_or.at(self._all_pending, self._word, np.left_shift(np.uint32(1), self._shift))
+        self._all_pending = _pending_words(range(n), len(self.pending))
         self.counted = [False] * n  # per worker: whether its latest command is counted
         self._stepping_all = False  # op, flags and counted hold a counted step of every worker
         self._bell_addr = self.ctl.ctypes.data + BELL * 4
@@ -207,13 +213,8 @@ class MainBell:
         every = workers is None
         index: slice | np.ndarray = slice(None) if every else np.array(workers, dtype=np.intp)
         if counted:
-            if every:
-                self.pending[:] = self._all_pending
-            else:
-                bits = [0] * len(self.pending)
-                for w in workers:  # type: ignore[union-attr]
-                    bits[w >> 5] |= 1 << (w & 31)
-                self.pending[:] = bits
+            words = self._all_pending if workers is None else _pending_words(workers, len(self.pending))
+            self.pending[:] = words
         self._stepping_all = False
         if every:
             self.counted = [counted] * len(self.counted)
@@ -279,8 +280,8 @@ class MainBell:
         """Worker ``w`` is gone: clear its pending bit for it (atomically, as it would have); whether
         the counted batch is now done (then nobody is left to write the eventfd)."""
         if self.counted[w]:
-            addr = self.pending.ctypes.data + int(self._word[w]) * 4
-            _FUTEX(addr, _FUTEX_WAKE_OP, 0, None, addr, _clear_bit_op(int(self._shift[w])))  # type: ignore[misc]
+            addr = self.pending.ctypes.data + (w >> 5) * 4
+            _FUTEX(addr, _FUTEX_WAKE_OP, 0, None, addr, _clear_bit_op(w & 31))  # type: ignore[misc]
             if self._stepping_all:
                 self.wake_all()  # it may have been a leader that died before waking its followers
             self.counted[w] = False
