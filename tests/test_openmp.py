@@ -138,6 +138,9 @@ class _Pauses:
     def runtimes(self) -> int:
         return self.n_runtimes
 
+    def idle(self) -> bool:
+        return False
+
     def pause(self) -> int:
         self.count += 1
         return self.n_runtimes
@@ -246,6 +249,33 @@ def test_one_phase_in_sample_every_is_measured():
     assert threads.busy > 0.05 and len(phases.reads) == 4
 
 
+def test_of_many_workers_a_spread_sample_is_read_and_scaled_to_all():
+    """Reading 32 workers' clocks at both ends of a phase cost the main process ~65 µs per step: a
+    few are read, the same ones each time, and stand for the rest."""
+    pids = list(range(100, 132))
+    threads, phases = _threads(cpus=16, pids=pids)
+    share = {}  # the cores each worker ran on per second of the phase
+
+    def times(asked):
+        phases.reads.append(list(asked))
+        return sum(share[p] for p in asked) * phases.now, 0.0
+
+    threads._times = times
+    share.update(dict.fromkeys(pids, 0.5))  # 16 busy cores in all
+    for _ in range(3):
+        phases.phase(threads, 0.0)
+    assert phases.reads == [[100, 108, 116, 124]] * 4
+    assert threads.busy == pytest.approx(16.0) and threads.pausing
+    share.update(dict.fromkeys(pids, 0.1))
+    for _ in range(30):
+        phases.phase(threads, 0.0)
+    assert threads.busy == pytest.approx(3.2, abs=0.01) and not threads.pausing
+    few, few_phases = _threads(cpus=2, pids=(1, 2, 3, 4))
+    few_phases.phase(few, 1.0)
+    few_phases.phase(few, 1.0)
+    assert few_phases.reads == [[1, 2, 3, 4]] * 2 and few.busy == pytest.approx(1.0), "4 are read in full"
+
+
 def test_pool_mode_does_not_pause_steps_that_run_while_the_policy_does():
     threads, phases = _threads(cpus=2)
     # batch_size == num_envs: the next batch needs these envs, so pausing pays as in step().
@@ -300,6 +330,42 @@ def test_nothing_to_measure_always_pauses_and_no_runtime_reads_nothing():
     quiet, quiet_phases = _threads(cpus=4, runtimes=0)
     assert not quiet_phases.phase(quiet, 3.0)
     assert quiet.pauser.count == 0 and quiet_phases.reads == [] and quiet.busy is None
+
+
+def test_no_pool_stops_the_pauses_and_a_forward_pass_brings_them_back(tmp_path):
+    """With torch loaded but no forward pass on the CPU (random actions, a GPU policy) there is no
+    pool: once a pause has shown that, steps neither pause nor measure (that cost the main process
+    ~12 µs per step at 2 workers). A pool made later is paused again at the next step."""
+    out = _run(
+        tmp_path,
+        """
+import gymnasium as gym
+import numpy as np
+from shmvec import ShmVecEnv
+
+if __name__ == "__main__":
+    venv = ShmVecEnv([lambda: gym.make("CartPole-v1")] * 2, start_method="fork")
+    threads = venv._engine._openmp
+    pauses = []
+    real_pause = threads.pauser.pause
+    threads.pauser.pause = lambda: pauses.append(1) or real_pause()
+    venv.reset()
+    per_step = []
+    for _ in range(8):
+        before = len(pauses)
+        venv.step(np.zeros(2, dtype=np.int64))
+        per_step.append(len(pauses) - before)
+    work()  # the policy's forward pass starts a pool
+    with_pool = n_threads()
+    venv.step_async(np.zeros(2, dtype=np.int64))
+    during = n_threads()
+    venv.step_wait()
+    venv.close()
+    print(json.dumps(dict(per_step=per_step, with_pool=with_pool, during=during)))
+""",
+    )
+    assert out["per_step"] == [1] + [0] * 7, "the first pause ends nothing; confirmed at the next step"
+    assert out["during"] < out["with_pool"], "the pool made after the quiet steps was paused"
 
 
 def test_live_pids_skips_unstarted_processes_and_gives_up_on_a_closed_one():
@@ -433,11 +499,12 @@ def test_close_releases_the_worker_clock_files_while_the_env_is_still_referenced
     from shmvec import ShmVecEnv
 
     venv = ShmVecEnv([lambda: gym.make("CartPole-v1")] * 2, start_method="fork", n_workers=2)
+    venv._engine._openmp.pauser = _Pauses()  # a pool to pause: the steps are measured
     venv.reset()
     for _ in range(6):  # phases 1 and 5 are measured: each worker's schedstat is opened
         venv.step(np.zeros(2, dtype=np.int64))
     files = list(venv._engine._openmp._clocks._files._files.values())
-    assert len(files) == 2, "torch is loaded, so the steps were measured"
+    assert len(files) == 2, "the steps were measured"
     venv.close()
     assert all(f.closed for f in files)
 
