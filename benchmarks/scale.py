@@ -272,6 +272,10 @@ def main() -> None:
         print(f"wrote {path}")
         return
     args.json.write_text(json.dumps(data, indent=1) + "\n")
+    if args.json != RESULTS or len(parts) < 2:
+        # The docs' plot shows the full run kept in RESULTS: a partial or side run leaves it alone.
+        print(f"wrote {args.json}")
+        return
     plot(data)
     print(f"wrote {args.json} and {PLOT}")
 
