@@ -14,7 +14,10 @@ CPU time per batch is what would limit it on a machine with a core per worker.
 
 **Stand-in part.** Envs that sleep 2 ms per step use no CPU, so each worker stands in for a core of a
 bigger machine: 64 envs in 64 workers and 128 envs in 32 workers, env steps/s reported as a fraction
-of the ideal (envs / sleep time per batch).
+of the ideal (envs / the sleep time per batch: envs per worker x 2 ms). How far a machine lets
+sleeping envs get at all is the ``free`` row: the same 64 envs each stepped on its own by a process
+of its own, no VecEnv and no batches (on a virtual machine a sleep costs CPU: its wake-up, on cold
+caches).
 
 Every configuration runs in an interpreter of its own (fork start method), rounds interleaved. The
 workers' CPU per env step (``workers_cpu_us_per_env_step``, 0 for DummyVecEnv, whose envs step in
@@ -55,7 +58,7 @@ CPU_CONFIGS: list[tuple[str, int, int | None]] = [
     *[("dummy", n, None) for n in (8, 32, 128)],
 ]
 STANDIN_CONFIGS: list[tuple[str, int, int | None]] = [
-    *[(v, 64, 64) for v in ("shm", "shm-vector", "subproc", "async")],
+    *[(v, 64, 64) for v in ("shm", "shm-vector", "subproc", "async", "free")],
     *[(v, 128, 32) for v in ("shm", "shm-vector")],
 ]
 SLEEP_S = 0.002
@@ -77,6 +80,8 @@ def measure(kind: str, n_envs: int, n_workers: int | None, sleep: bool, seconds:
     from shmvec import ShmVecEnv, ShmVectorEnv
 
     fns = [_env_fn(sleep)] * n_envs
+    if kind == "free":
+        return _free_running(fns, seconds)
     pool = kind == "shm-pool"
     # The workers' CPU (user + system) as the kernel counts reaped children: known after close().
     children = os.times()
@@ -133,6 +138,47 @@ def measure(kind: str, n_envs: int, n_workers: int | None, sleep: bool, seconds:
     }
 
 
+def _step_alone(fn: Any, seconds: float, out: Any) -> None:
+    env = fn()
+    env.reset(seed=0)
+    for _ in range(30):
+        env.step(0)
+    n, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        _, _, terminated, truncated, _ = env.step(0)
+        n += 1
+        if terminated or truncated:
+            env.reset()
+    out.put(n / (time.perf_counter() - start))
+
+
+def _free_running(fns: list[Any], seconds: float) -> dict[str, Any]:
+    """Each env stepped by a process of its own, all at once: the machine's own limit, no VecEnv."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    out = ctx.Queue()
+    children = os.times()
+    procs = [ctx.Process(target=_step_alone, args=(fn, seconds, out)) for fn in fns]
+    for p in procs:
+        p.start()
+    rates = [out.get(timeout=600) for _ in procs]
+    for p in procs:
+        p.join()
+    after = os.times()
+    rate = sum(rates)
+    workers_cpu = (
+        after.children_user + after.children_system - children.children_user - children.children_system
+    )
+    return {
+        "main_cpu_us_per_batch": 0.0,
+        "main_cpu_us_per_env_step": 0.0,
+        "env_steps_per_s": rate,
+        # Start-up included, as for the VecEnvs' workers.
+        "workers_cpu_us_per_env_step": workers_cpu / (rate * seconds + 30 * len(fns)) * 1e6,
+    }
+
+
 def _one(
     kind: str, n_envs: int, n_workers: int | None, sleep: bool, seconds: float, tree: str | None = None
 ) -> dict[str, Any]:
@@ -175,7 +221,9 @@ def run(parts: list[str], rounds: int, seconds: float, against: str | None = Non
             row[metric] = statistics.median(values)
             row[f"{metric}_range"] = [min(values), max(values)]
         if part == "standin":
-            row["ideal_env_steps_per_s"] = int(n) / SLEEP_S
+            # A batch takes at least each worker's envs one after the other: envs per worker x sleep.
+            per_worker = -(-int(n) // (int(n) if w == "None" else int(w)))
+            row["ideal_env_steps_per_s"] = int(n) / (per_worker * SLEEP_S)
             row["fraction_of_ideal"] = row["env_steps_per_s"] / row["ideal_env_steps_per_s"]
         rows.append(row)
     return {"rounds": rounds, "seconds": seconds, "cpus": len(os.sched_getaffinity(0)), "rows": rows}
@@ -207,6 +255,9 @@ def compare(data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+_COLORS = {"shm": "tab:blue", "fre": "tab:green"}
+
+
 def plot(data: dict[str, Any]) -> None:
     import matplotlib
 
@@ -233,9 +284,18 @@ def plot(data: dict[str, Any]) -> None:
     right.barh(
         range(len(stand)),
         [100 * r["fraction_of_ideal"] for r in stand],
-        color=["tab:blue" if r["vec_env"].startswith("shm") else "tab:gray" for r in stand],
+        color=[_COLORS.get(r["vec_env"][:3], "tab:gray") for r in stand],
     )
-    right.set_yticks(range(len(stand)), [f"{r['vec_env']} {r['n_envs']}/{r['n_workers']}" for r in stand])
+    right.set_yticks(
+        range(len(stand)),
+        [
+            f"no VecEnv: {r['n_envs']} free processes"
+            if r["vec_env"] == "free"
+            else f"{r['vec_env']} {r['n_envs']}/{r['n_workers']}"
+            for r in stand
+        ],
+        fontsize=8,
+    )
     right.invert_yaxis()
     right.set_xlabel("% of the ideal env steps/s")
     right.set_title("many-core stand-in: envs sleeping 2 ms per step", fontsize=9)
@@ -264,6 +324,8 @@ def main() -> None:
         plot(json.loads(args.json.read_text()))
         return
     parts = ["cpu", "standin"] if args.part == "both" else [args.part]
+    if len(parts) < 2 and not args.against and args.json == RESULTS:
+        parser.error(f"--part {args.part} needs --json: {RESULTS.name} keeps the full run the docs show")
     data = run(parts, args.rounds, args.seconds, args.against)
     if args.against:
         path = args.json.with_name("scale_against.json") if args.json == RESULTS else args.json
@@ -272,8 +334,7 @@ def main() -> None:
         print(f"wrote {path}")
         return
     args.json.write_text(json.dumps(data, indent=1) + "\n")
-    if args.json != RESULTS or len(parts) < 2:
-        # The docs' plot shows the full run kept in RESULTS: a partial or side run leaves it alone.
+    if args.json != RESULTS:  # the docs' plot shows the run kept in RESULTS
         print(f"wrote {args.json}")
         return
     plot(data)
