@@ -77,6 +77,8 @@ class OpenMPPauser:
     imported as a module first). :meth:`idle` says when there is nothing to do at all.
     """
 
+    RECHECK = 64
+
     def __init__(self) -> None:
         self._pauses: list[Callable[[int], int]] = []
         self._starts: list[Callable[[], None]] = []
@@ -87,6 +89,7 @@ class OpenMPPauser:
         self._count = 0  # threads at the last look (idle())
         self._floor = 0  # threads of the process with no pool, as last confirmed (0: not known)
         self._unconfirmed = 0  # threads before the last pause if it seemed to end none, else 0
+        self._idle_steps = 0
 
     def _refresh(self) -> None:
         self._n_modules = len(sys.modules)
@@ -121,7 +124,10 @@ class OpenMPPauser:
         as many threads as it had then. A policy on a GPU, or no policy (random actions), never
         makes a pool, and pausing and measuring for it cost the main process ~12 µs per step at 2
         workers and ~30 at 32. Confirmed an env phase after that pause, when a pool it ended has
-        surely left (see :meth:`start`); a pool that starts later adds threads."""
+        surely left (see :meth:`start`); a pool that starts later adds threads. Every
+        :attr:`RECHECK` th idle step says False all the same, so that a pause looks again: a pool
+        whose threads had not yet left when it was judged gone (a very short env phase) would
+        otherwise keep the same count and never be paused again."""
         if not (self._floor or self._unconfirmed):  # no pause yet ended nothing (pool mode's overlap)
             return False
         self._count = count = _thread_count()
@@ -129,7 +135,10 @@ class OpenMPPauser:
             if count == self._unconfirmed:
                 self._floor = count
             self._unconfirmed = 0
-        return 0 < count == self._floor
+        if not 0 < count == self._floor:
+            return False
+        self._idle_steps += 1
+        return self._idle_steps % self.RECHECK != 0
 
     def pause(self) -> int:
         """Pause every libgomp pool of the calling thread; return how many runtimes were asked.
@@ -165,6 +174,7 @@ class OpenMPPauser:
         pools the policy does not use."""
         ended, self._ended = self._ended, []
         if ended and _thread_count() < self._before:
+            self._floor = 0  # there was a pool after all
             for start in ended:
                 start()
         else:  # none ended, or not yet gone: idle() tells which, an env phase later

@@ -368,6 +368,37 @@ if __name__ == "__main__":
     assert out["during"] < out["with_pool"], "the pool made after the quiet steps was paused"
 
 
+def test_a_pool_wrongly_judged_gone_is_paused_again_within_recheck_steps(tmp_path):
+    """A pause's threads that had not left yet when start() looked (a very short env phase) make a
+    pool look like none: the same thread count then reads as idle. Every RECHECK-th idle step pauses
+    all the same, finds the pool and forgets the wrong judgement."""
+    out = _run(
+        tmp_path,
+        """
+from shmvec.openmp import OpenMPPauser
+before = n_threads()
+pauser = OpenMPPauser()
+work()
+with_pool = n_threads()
+pauser._floor = with_pool  # the wrong judgement
+idles = []
+for _ in range(pauser.RECHECK):
+    idle = pauser.idle()
+    idles.append(idle)
+    if not idle:
+        pauser.pause()
+        n_threads_once_down_to(before)
+        pauser.start()
+    work()
+print(json.dumps(dict(idles=idles, floor=pauser._floor, idle_after=pauser.idle(), before=before,
+                      with_pool=with_pool)))
+""",
+    )
+    assert out["with_pool"] > out["before"], out
+    assert out["idles"] == [True] * (len(out["idles"]) - 1) + [False], out["idles"]
+    assert out["floor"] == 0 and not out["idle_after"], out
+
+
 def test_live_pids_skips_unstarted_processes_and_gives_up_on_a_closed_one():
     import multiprocessing as mp
 
