@@ -124,8 +124,8 @@ class OpenMPPauser:
         as many threads as it had then. A policy on a GPU, or no policy (random actions), never
         makes a pool, and pausing and measuring for it cost the main process ~12 µs per step at 2
         workers and ~30 at 32. Confirmed an env phase after that pause, when a pool it ended has
-        surely left (see :meth:`start`); a pool that starts later adds threads. Every
-        :attr:`RECHECK` th idle step says False all the same, so that a pause looks again: a pool
+        surely left (see :meth:`start`); a pool that starts later adds threads. One idle step in
+        :attr:`RECHECK` says False all the same, so that a pause looks again: a pool
         whose threads had not yet left when it was judged gone (a very short env phase) would
         otherwise keep the same count and never be paused again."""
         if not (self._floor or self._unconfirmed):  # no pause yet ended nothing (pool mode's overlap)
