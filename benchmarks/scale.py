@@ -255,7 +255,9 @@ def compare(data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-_COLORS = {"shm": "tab:blue", "fre": "tab:green"}
+def _color(vec_env: str) -> str:
+    """shmvec blue, its peers gray, the free-running processes (no VecEnv) green."""
+    return "tab:green" if vec_env == "free" else "tab:blue" if vec_env.startswith("shm") else "tab:gray"
 
 
 def plot(data: dict[str, Any]) -> None:
@@ -273,7 +275,7 @@ def plot(data: dict[str, Any]) -> None:
         [v - r["main_cpu_us_per_batch_range"][0] for v, r in zip(values, cpu)],
         [r["main_cpu_us_per_batch_range"][1] - v for v, r in zip(values, cpu)],
     ]
-    colors = ["tab:blue" if r["vec_env"].startswith("shm") else "tab:gray" for r in cpu]
+    colors = [_color(r["vec_env"]) for r in cpu]
     left.barh(range(len(cpu)), values, xerr=errs, color=colors)
     left.set_yticks(range(len(cpu)), labels, fontsize=8)
     left.invert_yaxis()
@@ -284,7 +286,7 @@ def plot(data: dict[str, Any]) -> None:
     right.barh(
         range(len(stand)),
         [100 * r["fraction_of_ideal"] for r in stand],
-        color=[_COLORS.get(r["vec_env"][:3], "tab:gray") for r in stand],
+        color=[_color(r["vec_env"]) for r in stand],
     )
     right.set_yticks(
         range(len(stand)),
