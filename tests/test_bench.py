@@ -334,3 +334,14 @@ def test_policy_loop_tables_are_rendered_from_the_committed_json(name, monkeypat
         f"{name}.md is stale: python benchmarks/policy_loop.py --from-json benchmarks/results/{name}.json "
         f"--markdown > benchmarks/results/{name}.md"
     )
+
+
+def test_wake_cost_splits_a_workers_cpu_from_its_envs():
+    wake_cost = _load_benchmark_script("wake_cost")
+    alone = wake_cost.measure("alone", False, 0.3)
+    worker = wake_cost.measure("worker", False, 0.3)
+    assert alone["cpu_us_per_env_step"] > 0
+    assert worker["workers_cpu_us_per_env_step"] > 0 and worker["main_cpu_us_per_batch"] > 0
+    assert worker["env_steps_per_s"] > 0
+    shares = ("user_pct", "system_pct", "idle_pct", "steal_pct")
+    assert abs(sum(worker[k] for k in shares) - 100) < 1e-6
