@@ -22,6 +22,7 @@ down when the last engine that uses it closes (:func:`connect`, :func:`disconnec
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import pickle
@@ -275,7 +276,7 @@ class RayTransport:
             slot = msg.slot
             msg = m.Reset(0, msg.seeds, msg.kwargs, msg.mask)
         elif isinstance(msg, m.Attach):
-            msg = m.Attach(None, msg.codecs, msg.verify_every)
+            msg = dataclasses.replace(msg, spec=None)
         message = pickle.dumps(msg, pickle.HIGHEST_PROTOCOL)
         ref = self.res.actors[w].call.remote(message)
         self.res.pending[w] = (ref, msg.label, slot)
