@@ -19,6 +19,7 @@ because workers must not import SB3 (it loads torch):
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -139,12 +140,23 @@ class StackedStep:
         self.stack, self.inner = stack, inner
         self.path = f"{inner.path}+frame-stack"
         self.sync = inner.sync
+        self.interleave = None
+        if stack.axis != 0 and sys.byteorder == "little":
+            try:
+                from shmvec.frame_stack_kernel import interleave
+
+                self.interleave = interleave
+            except ImportError:  # no numba: NumPy interleaves (the stack's own into())
+                pass
 
     def step_into(self, action: Any, out: np.ndarray) -> tuple[Any, bool, bool, dict[str, Any]]:
         stack = self.stack
         result = self.inner.step_into(action, stack.frames[stack.oldest])
         stack.oldest = (stack.oldest + 1) % len(stack.frames)
-        stack.into(out)
+        if self.interleave is not None and out.flags.c_contiguous:
+            self.interleave(stack.frames, stack.oldest, out)
+        else:
+            stack.into(out)
         return result
 
 

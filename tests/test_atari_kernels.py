@@ -43,6 +43,7 @@ def test_palette_and_kernels_on_real_screens(game):
     gym = checked((210, 160), (84, 84), colour=False)
     assert sb3 is not None and gym is not None
     out = np.zeros((84, 84), np.uint8)
+    rows_sb3, rows_gym = sb3.state(), gym.state()  # rows kept from frame to frame, as an env's
     coloured = np.zeros((210, 160, 3), np.uint8)
     previous = None
     for idx, screen, gray in _screens(game):
@@ -57,11 +58,11 @@ def test_palette_and_kernels_on_real_screens(game):
                 (84, 84),
                 interpolation=cv2.INTER_AREA,
             )
-            sb3(prev_idx, idx, table, out)
+            sb3(prev_idx, idx, table, out, rows_sb3)
             assert np.array_equal(out, want), "SB3 warp"
             # Gymnasium: max of two ALE gray frames, INTER_AREA.
             pooled = np.maximum(prev_gray, gray)
-            gym(pooled, pooled, MAX, out)
+            gym(pooled, pooled, MAX, out, rows_gym)
             assert np.array_equal(out, cv2.resize(pooled, (84, 84), interpolation=cv2.INTER_AREA)), "gym warp"
         previous = idx, screen, gray
 
@@ -86,7 +87,8 @@ def test_warp_equals_opencv_on_random_screens(seed, size, flat):
         interpolation=cv2.INTER_AREA,
     )
     out = np.zeros(size, np.uint8)
-    Warp((210, 160), size)(i0, i1, palette.gray_of_max(), out)
+    warp = Warp((210, 160), size)
+    warp(i0, i1, palette.gray_of_max(), out, warp.state())
     assert np.array_equal(out, want)
 
 

@@ -133,3 +133,17 @@ def test_check_finite_sees_what_step_into_wrote(no_leaks):
             for _ in range(5):
                 env.step(np.array([0]))
         assert isinstance(info.value.__cause__, ObservationError) and "NaN" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "shape,n", [((84, 84, 1), 4), ((10, 12, 3), 4), ((6, 2), 3), ((5, 5, 1), 2), ((3, 3, 4), 1)]
+)
+@pytest.mark.parametrize("dtype", [np.uint8, np.float32])
+def test_stack_kernel_equals_numpy(shape, n, dtype):
+    from shmvec.frame_stack_kernel import interleave
+
+    frames = (np.random.default_rng(0).random((n, *shape)) * 200).astype(dtype)
+    for oldest in range(n):
+        out = np.zeros((*shape[:-1], shape[-1] * n), dtype)
+        interleave(frames, oldest, out)
+        assert np.array_equal(out, np.concatenate([frames[(oldest + j) % n] for j in range(n)], axis=-1))

@@ -66,6 +66,7 @@ class PreprocessingStep:
 
     def __init__(self, pre: Any, emu: Emulator, warp: Warp) -> None:
         self.pre, self.emu, self.warp = pre, emu, warp
+        self.rows = warp.state()
 
     def sync(self) -> None:
         """Nothing: the wrapper's own buffers are kept as it keeps them."""
@@ -97,7 +98,7 @@ class PreprocessingStep:
                 ale.getScreenGrayscale(buffers[0])
         if skip > 1:
             np.maximum(buffers[0], buffers[1], out=buffers[0])
-        self.warp(buffers[0], buffers[0], MAX, out.reshape(self.warp.size))
+        self.warp(buffers[0], buffers[0], MAX, out.reshape(self.warp.size), self.rows)
         return total, terminated, truncated, emu.info()
 
 

@@ -37,6 +37,9 @@ from shmvec.native import StepInto, class_name, is_exactly
 
 SB3 = "stable_baselines3.common.atari_wrappers."
 MONITOR = "stable_baselines3.common.monitor.Monitor"
+# ClipRewardEnv's np.sign of a float sum of whole ALE rewards, by (sum > 0) - (sum < 0): the same
+# np.float64 values at a tuple lookup's cost.
+_SIGN = (np.float64(0.0), np.float64(1.0), np.float64(-1.0))
 # SB3's wrappers as AtariWrapper stacks them, outermost first: (name, may be absent).
 CHAIN = (
     ("AtariWrapper", True),
@@ -105,6 +108,8 @@ class Sb3AtariStep:
         self.rgb = palette.rgb_palette()
         self.table = palette.gray_of_max()
         self.idx = np.zeros((2, *warp.screen), np.uint8)
+        self.screens = list(self.idx)  # its two halves, as views made once
+        self.rows = warp.state()
         # Which entries of MaxAndSkipEnv's buffer hold their frame only as indices in self.idx.
         self.in_idx = [False, False]
         self.palette_checked = False
@@ -126,7 +131,7 @@ class Sb3AtariStep:
         """One agent step of the recipe; the 84x84x1 frame goes into ``out``."""
         if not self._ready():
             return self._through_wrappers(action, out)
-        ale, frame, idx = self.ale, self.emu.frame, self.idx
+        ale, frame, screens = self.ale, self.emu.frame, self.screens
         skip, monitor, sticky = self.skip, self.monitor, self.sticky
         rewards = None if monitor is None else monitor.rewards
         info: dict[str, Any] | None = None
@@ -151,7 +156,7 @@ class Sb3AtariStep:
             # MaxAndSkipEnv keeps the screens of the last two frames.
             if i >= skip - 2:
                 e = i - skip + 2
-                ale.getScreen(idx[e])
+                ale.getScreen(screens[e])
                 self.in_idx[e] = True
             total += float(reward)
             if done:
@@ -166,7 +171,7 @@ class Sb3AtariStep:
                 terminated = True
             life.lives = lives
         self._frame(out)
-        return (np.sign(total) if self.clip else total), terminated, truncated, info
+        return (_SIGN[(total > 0) - (total < 0)] if self.clip else total), terminated, truncated, info
 
     def _through_wrappers(self, action: Any, out: np.ndarray) -> StepInto:
         self.sync()
@@ -194,9 +199,9 @@ class Sb3AtariStep:
     def _frame(self, out: np.ndarray) -> None:
         """WarpFrame of MaxAndSkipEnv's max (or of the one frame without it) into ``out``."""
         if self.max_skip is None:
-            self.warp(self.idx[1], self.idx[1], self.table, out.reshape(out.shape[:2]))
+            self.warp(self.idx[1], self.idx[1], self.table, out.reshape(out.shape[:2]), self.rows)
         elif all(self.in_idx):
-            self.warp(self.idx[0], self.idx[1], self.table, out.reshape(out.shape[:2]))
+            self.warp(self.idx[0], self.idx[1], self.table, out.reshape(out.shape[:2]), self.rows)
         else:
             # An episode ended before the step's second-last frame and a frame the max needs came
             # from the wrappers (a reset's steps): the wrappers' own code on their own buffer.
