@@ -15,6 +15,7 @@ Configurations (``--configs``):
 - ``shm-stack``: ``make_atari_env(..., vec_env_cls=ShmVecEnv, vec_env_kwargs={"frame_stack": 4})``;
 - ``shm``: ``VecFrameStack(make_atari_env(..., vec_env_cls=ShmVecEnv), 4)``, the README's form;
 - ``shm-wrappers``: ``shm-stack`` with ``native_step=False`` (every frame through SB3's wrappers);
+- ``shm-sleep``: ``shm-stack`` with ``worker_spin_us=0`` (workers sleep at once between steps);
 - ``dummy`` / ``subproc``: ``VecFrameStack`` over SB3's ``DummyVecEnv`` / ``SubprocVecEnv``;
 - ``ale-vec``: ``ale_py.AtariVectorEnv`` (C++ threads, in the ``atari`` extra), SB3-like settings
   (no-op starts, episodic life, fire reset, clipped rewards); ``ale-vec-async``: the same with
@@ -43,6 +44,7 @@ CONFIGS = (
     "ale-vec-async",
     "envpool",
     "shm-stack",
+    "shm-sleep",
     "shm",
     "shm-wrappers",
     "dummy",
@@ -70,10 +72,12 @@ class _Sb3:
         gym.register_envs(ale_py)
         cls: Any = {"dummy": DummyVecEnv, "subproc": SubprocVecEnv}.get(config, ShmVecEnv)
         kwargs: dict[str, Any] = {} if config == "dummy" else {"start_method": "fork"}
-        if config in ("shm-stack", "shm-wrappers"):
+        if config in ("shm-stack", "shm-wrappers", "shm-sleep"):
             kwargs["frame_stack"] = 4
         if config == "shm-wrappers":
             kwargs["native_step"] = False
+        if config == "shm-sleep":
+            kwargs["worker_spin_us"] = 0
         venv = make_atari_env(
             f"{_title(game)}NoFrameskip-v4", n, seed=0, vec_env_cls=cls, vec_env_kwargs=kwargs
         )
@@ -109,14 +113,14 @@ class _AleVec:
         self.batch = getattr(self.env, "batch_size", n) if config == "ale-vec-async" else n
         self.n_actions = int(self.env.single_action_space.n)
         self.env.reset(seed=0)
-        if config == "ale-vec-async":
-            self.env.send(np.zeros(n, np.int64))
         self.async_ = config == "ale-vec-async"
+        if self.async_:  # reset() answered the first batch: it waits for its actions
+            self.env.send(np.zeros(self.batch, np.int64))
 
     def step(self, actions: np.ndarray) -> None:
-        if self.async_:
-            _, _, _, _, info = self.env.recv()
-            self.env.send(actions[: self.batch], info["env_id"])
+        if self.async_:  # the next batch to finish, then its actions (ALE knows which envs)
+            self.env.recv()
+            self.env.send(actions[: self.batch])
         else:
             self.env.step(actions)
 

@@ -75,9 +75,12 @@ class Emulator:
         """``AtariEnv.step(action)`` and ``TimeLimit``'s count, without its observation and info:
         ``(reward, terminated, truncated)``."""
         ale_action = self.action_set[action]
-        reward = 0.0
-        for _ in range(self.own_skip):
-            reward += self.ale.act(ale_action, 1.0)
+        if self.own_skip == 1:  # NoFrameskip ids: AtariEnv's loop once, 0.0 + the reward as it adds it
+            reward = 0.0 + self.ale.act(ale_action, 1.0)
+        else:
+            reward = 0.0
+            for _ in range(self.own_skip):
+                reward += self.ale.act(ale_action, 1.0)
         truncated = self.ale.game_truncated()
         if self.layers.limit is not None:
             truncated = self.layers.truncate(truncated)

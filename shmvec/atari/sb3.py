@@ -131,12 +131,13 @@ class Sb3AtariStep:
         """One agent step of the recipe; the 84x84x1 frame goes into ``out``."""
         if not self._ready():
             return self._through_wrappers(action, out)
-        ale, frame, screens = self.ale, self.emu.frame, self.screens
+        emu, screens, ale, frame = self.emu, self.screens, self.ale, self.emu.frame
         skip, monitor, sticky = self.skip, self.monitor, self.sticky
         rewards = None if monitor is None else monitor.rewards
         info: dict[str, Any] | None = None
         total = 0.0
         terminated = truncated = False
+        frames = 0
         for i in range(skip):
             # StickyActionEnv, then Monitor, TimeLimit, OrderEnforcing, PassiveEnvChecker, AtariEnv.
             a = action
@@ -145,22 +146,24 @@ class Sb3AtariStep:
                     sticky._sticky_action = action
                 a = sticky._sticky_action
             reward, terminated, truncated = frame(a)
+            frames += 1
             done = terminated or truncated
             if done:
-                info = self.emu.info()
+                info = emu.info()
             if rewards is not None:
-                rewards.append(float(reward))
+                rewards.append(reward)  # a float already: Monitor's float(reward) is the same value
                 if done:
                     self._episode_end(info)  # type: ignore[arg-type]
-                monitor.total_steps += 1  # type: ignore[union-attr]
             # MaxAndSkipEnv keeps the screens of the last two frames.
             if i >= skip - 2:
                 e = i - skip + 2
                 ale.getScreen(screens[e])
                 self.in_idx[e] = True
-            total += float(reward)
+            total += reward
             if done:
                 break
+        if monitor is not None:
+            monitor.total_steps += frames  # once: nothing in the step reads it meanwhile
         if info is None:
             info = self.emu.info()
         if self.life is not None:
