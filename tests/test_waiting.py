@@ -80,6 +80,21 @@ def test_stops_polling_when_commands_come_slowly_and_starts_again(pipe):
     assert waiting.polled > polled  # quick commands again: polling again
 
 
+def test_waits_just_under_the_budget_do_not_restart_polling(pipe):
+    """Once stopped, polling starts again only below half the budget: waits hovering around the
+    budget (a forward pass of about that length) never make the worker poll."""
+    r, w = pipe
+    waiting = CommandWait(spin_s=0.004)
+    while waiting.typical < 0.004:
+        _round(waiting, r, w, 0.01)
+    _round(waiting, r, w, 0.01)  # this one saw the average past the budget: slept at once
+    polled = waiting.polled
+    for _ in range(12):
+        _round(waiting, r, w, 0.003)  # under the budget, above half of it
+    assert waiting.polled == polled
+    assert waiting.typical < 0.004
+
+
 def test_polling_is_bounded_and_a_closed_pipe_ends_the_wait(pipe):
     """A worker whose main process is gone (its pipe hung up) stops waiting for commands: after its
     polling budget, within the doorbell's parent check (CHECK_PARENT_S)."""
