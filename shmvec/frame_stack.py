@@ -150,6 +150,7 @@ class StackedStep:
                 pass
 
     def step_into(self, action: Any, out: np.ndarray) -> tuple[Any, bool, bool, dict[str, Any]]:
+        """Step the env under the stack natively and write the stack into ``out``."""
         stack = self.stack
         result = self.inner.step_into(action, stack.frames[stack.oldest])
         stack.oldest = (stack.oldest + 1) % len(stack.frames)

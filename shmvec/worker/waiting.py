@@ -15,7 +15,8 @@ starts again only once it is below half the budget. Without that margin a forwar
 budget (~1 ms: PPO's CnnPolicy on 8 envs, where the native Atari step leaves little env time) made
 the workers poll every few steps and slow the forward pass that follows down: with SB3's Atari
 recipe in the loop, 1.05-1.22x DummyVecEnv in rounds that swung from 1,700 to 3,300 env steps/s,
-against 1.64x for workers that never poll (``benchmarks/policy_loop.py``, 5 rounds). While it polls it yields the CPU on every turn (``sched_yield``), so any other runnable
+against 1.64x for workers that never poll (``benchmarks/policy_loop.py``, 5 rounds).
+While it polls it yields the CPU on every turn (``sched_yield``), so any other runnable
 process on that CPU, the main process included, goes first. What it polls is the worker's command
 words in the ring (:class:`shmvec.memory.doorbell.WorkerBell`): a read of shared memory, no system
 call; sleeping is the doorbell's futex wait.
