@@ -27,7 +27,9 @@ from shmvec import ShmVecEnv
 SIZE, PADDLE, BALL = 84, 12, 3
 
 
-@numba.njit(cache=True)
+# No cache=True: numba's on-disk cache cannot reload a function of a script that another program
+# loaded under another module name (the tests do); compiling it costs each process ~0.3 s.
+@numba.njit
 def draw(out: np.ndarray, ball_x: int, ball_y: int, paddle_x: int) -> None:
     """Black frame, a white ball, a gray paddle on the bottom rows: into ``out`` (84, 84, 1)."""
     out[:] = 0

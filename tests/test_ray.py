@@ -389,3 +389,13 @@ def test_bench_backends_step_like_dummy_vec_env(leaks, backend):
     finally:
         venv.close()
         want.close()
+
+
+def test_native_atari_step_matches_dummy(leaks, tmp_path):
+    """SB3's Atari recipe in Ray actors takes the native step path (its frames encoded by the
+    default delta codec on the way) and equals DummyVecEnv, Monitor files included."""
+    from tests.test_atari_native import registered, run_sb3
+
+    env_fn = functools.partial(registered, "BreakoutNoFrameskip-v4")
+    ends = run_sb3(env_fn, tmp_path, n_envs=2, steps=300, backend="ray", n_workers=2)
+    assert ends["life lost"] >= 1, ends
