@@ -61,6 +61,7 @@ CLOSE_GRACE_S = 5.0
 # workers itself (on_crash="restart"). The user's ray_options may override these.
 _DEFAULT_OPTIONS = {"max_restarts": 0, "max_task_retries": 0}
 
+
 class RayResources:
     """What must be released: the actors, results still in flight, their placement group, the ring,
     and the Ray connection if shmvec started it (the engine closes its reader itself).
