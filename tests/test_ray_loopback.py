@@ -50,7 +50,9 @@ def test_a_ray_started_by_shmvec_listens_on_loopback_only(tmp_path):
     from shmvec.transports.ray.connection import is_loopback
 
     ray_tmp = f"/tmp/shmvec-lo-{os.getpid()}"  # short: Ray's unix sockets live under it
-    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "RAY_ADDRESS")}
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "RAY_ADDRESS")
+    }
     env.update(PYTHONPATH=str(ROOT), RAY_TMPDIR=ray_tmp)
     os.makedirs(ray_tmp, exist_ok=True)
     try:
@@ -72,8 +74,15 @@ def test_a_ray_started_by_shmvec_listens_on_loopback_only(tmp_path):
 
 @pytest.mark.parametrize(
     ("address", "loopback"),
-    [("127.0.0.1", True), ("::1", True), ("::ffff:127.0.0.1", True), ("0.0.0.0", False), ("::", False),
-     ("192.0.2.2", False), ("localhost", True)],
+    [
+        ("127.0.0.1", True),
+        ("::1", True),
+        ("::ffff:127.0.0.1", True),
+        ("0.0.0.0", False),
+        ("::", False),
+        ("192.0.2.2", False),
+        ("localhost", True),
+    ],
 )
 def test_is_loopback(address, loopback):
     from shmvec.transports.ray.connection import is_loopback

@@ -41,8 +41,8 @@ except ImportError as exc:  # pragma: no cover - depends on what is installed
 from shmvec.errors import WorkerCrashedError
 from shmvec.failures import timeout_error, worker_label
 from shmvec.transports.base import Fault, Outcome, pickle_factories
-from shmvec.transports.ray.connection import connect, disconnect
 from shmvec.transports.ray.actor import RayWorker
+from shmvec.transports.ray.connection import connect, disconnect
 from shmvec.transports.ray.placement import Placement, placement_for
 from shmvec.transports.ray.wire import unpack
 from shmvec.wire import messages as m
