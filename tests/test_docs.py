@@ -119,6 +119,8 @@ def test_snippet_runs(key, tmp_path):
         [sys.executable, str(script)], capture_output=True, text=True, timeout=600, cwd=tmp_path
     )
     assert proc.returncode == 0, f"{key} failed:\n{proc.stderr[-3000:]}"
+    if key == "README.md:0":  # the quickstart: a newcomer must see that it worked
+        assert proc.stdout.strip(), "the README's quickstart ran and printed nothing"
 
 
 def test_version_is_semantic_and_in_the_changelog():

@@ -41,3 +41,12 @@ def test_python_m_shmvec_help():
         [sys.executable, "-m", "shmvec", "--help"], capture_output=True, text=True, timeout=60
     )
     assert out.returncode == 0 and "bench" in out.stdout
+
+
+def test_readme_says_how_long_each_command_takes():
+    """Each set-up command is introduced by how long it runs (minutes), so that a newcomer knows
+    whether to wait."""
+    text = (ROOT / "README.md").read_text()
+    for command in _setup_commands():
+        before = text[: text.index(command)].removesuffix("```bash\n").rstrip().rsplit("\n\n", 1)[-1]
+        assert re.search(r"\d+ minutes", before), f"nothing says how long this takes:\n{before}\n{command}"
