@@ -62,6 +62,22 @@ def drawn_texts() -> Iterator[list[tuple[str, Bbox]]]:
         Text.draw = draw  # type: ignore[method-assign]
 
 
+def place_above(ax: Any, text: str, xy: tuple[float, float], placed: list[Bbox], renderer: Any) -> None:
+    """Annotate point ``xy`` of ``ax`` with ``text`` (7 pt, centred above it) at the lowest of a few
+    heights where it meets none of the boxes ``placed``, and add its box to them. Call once the axes
+    have their final place (after ``tight_layout``): the label is left out of later layouts."""
+    for level in range(4):
+        note = ax.annotate(
+            text, xy, fontsize=7, xytext=(0, 5 + 9 * level), textcoords="offset points", ha="center"
+        )
+        box = note.get_window_extent(renderer)
+        if level == 3 or not any(box.overlaps(other) for other in placed):
+            break  # the last height stays even if it meets one: layout_problems then says so
+        note.remove()
+    note.set_in_layout(False)
+    placed.append(box)
+
+
 def _overlap(a: Bbox, b: Bbox) -> float:
     """The smaller side of the two boxes' intersection, in pixels (0 if they do not meet)."""
     w = min(a.x1, b.x1) - max(a.x0, b.x0)
@@ -73,4 +89,4 @@ def _where(box: Bbox) -> str:
     return f"x {box.x0:.0f}..{box.x1:.0f}, y {box.y0:.0f}..{box.y1:.0f}"
 
 
-__all__ = ["drawn_texts", "layout_problems"]
+__all__ = ["drawn_texts", "layout_problems", "place_above"]

@@ -27,7 +27,7 @@ import numpy as np  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 sys.path.insert(0, str(ROOT / "benchmarks"))  # learning_curve, for its JSON's reading
-from plot_layout import layout_problems  # noqa: E402
+from plot_layout import layout_problems, place_above  # noqa: E402
 
 NAMES = {
     "dummy": "DummyVecEnv",
@@ -66,12 +66,15 @@ def _bars(ax: Any, labels: list[str], values: list[float], low: list[float], hig
     ax.set_xlim(0, max(high) * 1.3)
 
 
-def _save(fig: Any, out: Path, rect: tuple[float, ...] = (0, 0, 1, 1)) -> None:
+def _save(fig: Any, out: Path, caption: str | None = None) -> None:
     """Lay out and write the figure, once its text reads well (:mod:`plot_layout`).
 
+    :param caption: a gray line under the panels (how and when it was measured).
     :raises ValueError: for text cut by the figure's edge or drawn over other text.
     """
-    fig.tight_layout(rect=rect)
+    if caption is not None:
+        fig.text(0.5, 0.01, caption, ha="center", fontsize=8, color="dimgray")
+    fig.tight_layout(rect=(0, 0, 1, 1) if caption is None else (0, 0.05, 1, 1))
     problems = layout_problems(fig)
     if problems:
         plt.close(fig)
@@ -132,16 +135,11 @@ def home(out: Path) -> None:
     axes[2].set_title(f"PPO on MiniGrid pixels:\nseconds to return {threshold:g}", fontsize=10)
     for ax in axes:
         ax.tick_params(labelsize=8)
-    fig.text(
-        0.5,
-        0.01,
+    caption = (
         f"2 CPU cores, {_measured('pong.json', 'peers_pong8.json')}; bars: median, whiskers: 95% CI "
-        "(steps/s) or range over 5 seeds (seconds)",
-        ha="center",
-        fontsize=8,
-        color="dimgray",
+        "(steps/s) or range over 5 seeds (seconds)"
     )
-    _save(fig, out, rect=(0, 0.05, 1, 1))
+    _save(fig, out, caption)
 
 
 # Configurations of benchmarks/policy_loop.py, by what they are (its short names are its own).
@@ -247,16 +245,11 @@ def scale(out: Path) -> None:
     axes[0].set_ylabel("env steps/s (median)", fontsize=8)
     axes[-1].legend(fontsize=7)
     cpu = matrix["machine"]["cpu"]
-    fig.text(
-        0.5,
-        0.01,
+    caption = (
         f"random actions, {cpu['count']} CPUs ({cpu['brand_raw']}), measured {matrix['datetime'][:10]}: "
-        "compare ratios, not steps/s, with figures of other days",
-        ha="center",
-        fontsize=8,
-        color="dimgray",
+        "compare ratios, not steps/s, with figures of other days"
     )
-    _save(fig, out, rect=(0, 0.05, 1, 1))
+    _save(fig, out, caption)
 
 
 def ray_wire(out: Path) -> None:
@@ -394,21 +387,7 @@ def codecs(out: Path) -> None:
         placed.append(note.get_window_extent(renderer))
     for r in exact:  # all on one line: each name at the lowest height where it meets no other
         name = r["codec"] + (f" {r['params']['backend']}" if r["codec"] == "delta" else "")
-        for level in range(4):
-            note = ax.annotate(
-                name,
-                (r["compression_ratio"], exact_db),
-                fontsize=7,
-                xytext=(0, 5 + 9 * level),
-                textcoords="offset points",
-                ha="center",
-            )
-            box = note.get_window_extent(renderer)
-            if not any(box.overlaps(other) for other in placed):
-                break
-            note.remove()
-        note.set_in_layout(False)  # placed for this layout: tight_layout must not move the axes again
-        placed.append(box)
+        place_above(ax, name, (r["compression_ratio"], exact_db), placed, renderer)
     _save(fig, out)
 
 

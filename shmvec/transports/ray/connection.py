@@ -57,12 +57,11 @@ def start_local() -> None:
     :raises RuntimeError: if the Ray started is not on loopback (a Ray whose internals changed): it is
         shut down first. Start Ray yourself then (``ray.init(...)`` before the VecEnv).
     """
-    quiet = {"include_dashboard": False, "logging_level": logging.WARNING}
     if user_cluster() is not None:
-        ray.init(**quiet)
+        ray.init(include_dashboard=False, logging_level=logging.WARNING)
         return
     with loopback_node():
-        ray.init(address="local", **quiet)
+        ray.init(address="local", include_dashboard=False, logging_level=logging.WARNING)
     addresses = {node["NodeManagerAddress"] for node in ray.nodes()}
     if not all(is_loopback(a) for a in addresses):
         ray.shutdown()
@@ -78,7 +77,7 @@ def user_cluster() -> str | None:
     from ray._private import services
 
     try:
-        return services.canonicalize_bootstrap_address(None)
+        return services.canonicalize_bootstrap_address(None)  # type: ignore[arg-type]  # None: "find one"
     except Exception:  # a bad RAY_ADDRESS: ray.init reports it
         return "RAY_ADDRESS"
 
