@@ -19,6 +19,7 @@ because workers must not import SB3 (it loads torch):
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -69,10 +70,14 @@ class _Stack:
 
     def step(self, obs: Any) -> np.ndarray:
         self.frames[self.oldest] = obs
-        n = len(self.frames)
-        self.oldest = (self.oldest + 1) % n
+        self.oldest = (self.oldest + 1) % len(self.frames)
         # A new array each call: the worker may hold the terminal observation while reset() runs.
-        return np.concatenate([self.frames[(self.oldest + j) % n] for j in range(n)], axis=self.axis)
+        return self.into(None)
+
+    def into(self, out: np.ndarray | None) -> np.ndarray:
+        """The stack, oldest frame first, written into ``out`` (None: a new array)."""
+        n = len(self.frames)
+        return np.concatenate([self.frames[(self.oldest + j) % n] for j in range(n)], axis=self.axis, out=out)
 
 
 class FrameStack(gym.Wrapper):
@@ -116,6 +121,43 @@ class FrameStack(gym.Wrapper):
         """Step the env; the stack drops its oldest observation and takes the new one."""
         obs, reward, terminated, truncated, info = self.env.step(action)
         return self._apply(obs, _Stack.step), reward, terminated, truncated, info
+
+    def native(self, inner: Any) -> StackedStep | None:
+        """A native step of this stack over ``inner``, the native step of the env it wraps (see
+        :mod:`shmvec.native`); None for Dict spaces."""
+        return None if isinstance(self._stacks, dict) else StackedStep(self._stacks, inner)
+
+
+class StackedStep:
+    """The native step of a :class:`FrameStack`: the inner native step writes its observation
+    straight into the stack's newest frame, and the stack is assembled into the ring slot.
+
+    :param stack: the stack of the wrapper.
+    :param inner: the native step of the env under it.
+    """
+
+    def __init__(self, stack: _Stack, inner: Any) -> None:
+        self.stack, self.inner = stack, inner
+        self.path = f"{inner.path}+frame-stack"
+        self.sync = inner.sync
+        self.interleave = None
+        if stack.axis != 0 and sys.byteorder == "little":
+            try:
+                from shmvec.frame_stack_kernel import interleave
+
+                self.interleave = interleave
+            except ImportError:  # no numba: NumPy interleaves (the stack's own into())
+                pass
+
+    def step_into(self, action: Any, out: np.ndarray) -> tuple[Any, bool, bool, dict[str, Any]]:
+        stack = self.stack
+        result = self.inner.step_into(action, stack.frames[stack.oldest])
+        stack.oldest = (stack.oldest + 1) % len(stack.frames)
+        if self.interleave is not None and out.flags.c_contiguous:
+            self.interleave(stack.frames, stack.oldest, out)
+        else:
+            stack.into(out)
+        return result
 
 
 def stacked_factory(

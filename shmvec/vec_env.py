@@ -26,6 +26,7 @@ from shmvec.engine.core import Engine
 from shmvec.engine.options import Options
 from shmvec.errors import ShmVecEnvError
 from shmvec.memory.layout import assemble, terminal_obs
+from shmvec.native import NativeStatus
 from shmvec.wire import messages as m
 
 
@@ -119,6 +120,13 @@ class ShmVecEnv(VecEnv):
     def n_restarts(self) -> int:
         """Worker restarts so far (restart mode)."""
         return self._eng.n_restarts
+
+    @property
+    def native_steps(self) -> list[NativeStatus]:
+        """Per env, in env order: whether its worker steps it natively (``path``, e.g.
+        ``"sb3-atari"``) or through its wrappers (``path`` None, ``reason`` says why). See
+        :mod:`shmvec.native` and the ``native_step`` option."""
+        return list(self._eng.native_steps)
 
     @property
     def copy_fallbacks(self) -> int:

@@ -25,6 +25,7 @@ from shmvec.engine.groups import usable_cpus
 from shmvec.engine.options import Options
 from shmvec.errors import NoPendingCallError, PendingCallError
 from shmvec.memory.layout import assemble, terminal_obs
+from shmvec.native import NativeStatus
 from shmvec.vector_pool import PoolMethods, batch_infos
 from shmvec.wire import messages as m
 
@@ -162,6 +163,12 @@ class ShmVectorEnv(PoolMethods, VectorEnv):
     def actors(self) -> list[Any]:
         """``backend="ray"``: the Ray actor handles, one per worker, in worker order (else empty)."""
         return list(getattr(self._eng.transport, "actors", []))
+
+    @property
+    def native_steps(self) -> list[NativeStatus]:
+        """Per env, in env order: whether its worker steps it natively (``path``) or through its
+        wrappers (``path`` None, ``reason`` says why). See :mod:`shmvec.native`."""
+        return list(self._eng.native_steps)
 
     @property
     def n_restarts(self) -> int:

@@ -34,6 +34,7 @@ EXAMPLES = {
         "256",
     ],
     "codec_fidelity.py": ["--frames", "40", "--n-envs", "2", "--steps", "256"],
+    "native_env.py": ["--n-envs", "2", "--steps", "200"],
     "ray_cluster_ppo.py": ["--n-envs", "2", "--n-workers", "2", "--steps", "256"],
     "start_method.py": [],
     "start_method.py --no-guard": ["--no-guard"],

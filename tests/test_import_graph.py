@@ -104,6 +104,20 @@ FORBIDDEN = {
         "shmvec.vector_pool",
     ),
     "shmvec.engine": ("shmvec.vec_env", "shmvec.vector_env", "shmvec.vector_pool", "shmvec.bench"),
+    # Native step paths run in workers, beside the env calls: nothing of the engine or the faces.
+    "shmvec.native": ("shmvec.",),
+    "shmvec.atari": (
+        "shmvec.engine",
+        "shmvec.transports",
+        "shmvec.worker",
+        "shmvec.wire",
+        "shmvec.memory",
+        "shmvec.codecs",
+        "shmvec.vec_env",
+        "shmvec.vector_env",
+        "shmvec.vector_pool",
+        "shmvec.bench",
+    ),
 }
 
 

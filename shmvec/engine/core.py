@@ -87,9 +87,13 @@ class Engine:
             env_spaces = startup.start(transport, range(self.n_workers), self.worker_envs)
             self.layout = layout = startup.lay_out(env_spaces, options, self.slots, self.n_workers)
             transport.bind(layout.ring)
-            self.attach_msg = m.Attach(layout.ring.spec, layout.codecs, options.verify_every)
+            self.attach_msg = m.Attach(
+                layout.ring.spec, layout.codecs, options.verify_every, options.native_step
+            )
             outcome = startup.attach(transport, range(self.n_workers), *self.messages())
             self.carry_out(judge(outcome, False, Phase.START_UP, self.worker_envs), Phase.START_UP)
+            #: Each env's :class:`~shmvec.native.NativeStatus`, in env order.
+            self.native_steps = [s for w in range(self.n_workers) for s in outcome.results[w].values]  # type: ignore[union-attr]
             self.device = startup.converter(options, layout, self.slots)
         except BaseException:
             self.give_up()

@@ -111,6 +111,12 @@ class Options:
     whose bounds are all finite: an :class:`shmvec.EnvError` caused by
     :class:`shmvec.ObservationError` naming env and key (restart mode restarts the worker). Off by
     default: it reads every float observation once more per step."""
+    native_step: bool = True
+    """Step envs that have a native step path through it (default True): the worker writes their
+    observations straight into the ring instead of calling their Python wrappers, with the same
+    results. SB3's Atari recipe (``make_atari_env``) has one, and so does any env that implements
+    ``step_into``; see :mod:`shmvec.native` and the faces' ``native_steps``. False: every env steps
+    through its wrappers."""
     isolate_rng: bool = False
     """Give each env its own process-global RNG state (``np.random.*``, ``random.*``), swapped in
     around every call into it, so an env that draws from them gets the same numbers whatever

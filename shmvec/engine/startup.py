@@ -119,8 +119,10 @@ def configure_message(options: Options, schema: InfoSchema | None) -> m.Configur
 def attach(
     transport: Transport, workers: Sequence[int], attach_msg: m.Attach, configure: m.Configure | None
 ) -> Outcome:
-    """Have ``workers`` map the ring and take their options; what went wrong, if anything."""
+    """Have ``workers`` map the ring and take their options; what went wrong, if anything, else
+    their replies to ``Attach`` (each env's native status) as the outcome's results."""
     workers = list(workers)
+    attached: dict[int, Any] = {}
     for msg in (attach_msg, configure):
         if msg is None:
             continue
@@ -131,7 +133,8 @@ def attach(
         outcome.faults = sorted(outcome.faults + faults, key=lambda f: f.worker)
         if outcome.faults or outcome.errors:
             return outcome
-    return Outcome()
+        attached = attached or outcome.results
+    return Outcome(results=attached)
 
 
 def relaunch(

@@ -41,11 +41,14 @@ class Command:
 class Attach(Command):
     """Map the ring and encode leaves with ``codecs``. ``spec``: the ring's
     :class:`~shmvec.memory.ring.RingSpec` (None: a Ray actor's private ring); ``verify_every``: how
-    often to checksum encoded frames (see :mod:`shmvec.worker.encoder`)."""
+    often to checksum encoded frames (see :mod:`shmvec.worker.encoder`); ``native``: step the envs
+    that have a native step path through it (see :mod:`shmvec.native`). Answered with
+    :class:`Returned` holding each env's :class:`~shmvec.native.NativeStatus`."""
 
     spec: Any
     codecs: tuple[Any, ...] | None
     verify_every: int
+    native: bool = True
     name: ClassVar[str] = "attach"
 
 

@@ -33,8 +33,10 @@ from shmvec.memory.layout import (
     write_leaf,
 )
 from shmvec.memory.ring import Ring
+from shmvec.native import NativeStatus
 from shmvec.wire import messages as m
 from shmvec.worker.envapi import check_reset, check_step, has_wrapper_attr, is_wrapped, make_env
+from shmvec.worker.native import adapt
 from shmvec.worker.process import GlobalRngs
 
 if TYPE_CHECKING:
@@ -72,10 +74,14 @@ class EnvGroup:
         self.infos: InfoColumns | None = None  # typed info columns, once the engine sends a schema
         self.spin_s = 0.0  # how long the worker process polls for its next command (see waiting.py)
         self.actions: np.ndarray | None = None
+        # Per env: its native step (shmvec.native), which writes the observation into the ring row.
+        self.native: list[Any] = [None] * len(envs)
+        self.scratch: np.ndarray | None = None  # where native steps write when the row is encoded
 
     def attach(self, msg: m.Attach, ring: Ring | None = None) -> m.Returned:
         """Map the ring (``ring``: a Ray actor's private ring of this worker's envs only, rows from 0,
-        instead of the spec's) and set up an encoder per encoded leaf."""
+        instead of the spec's), set up an encoder per encoded leaf and find each env's native step
+        path; the reply holds each env's :class:`~shmvec.native.NativeStatus`."""
         # The main process has checked the space can be laid out before sending the ring.
         self.every = every = leaves(self.space)
         self.objects = [j for j, leaf in enumerate(every) if not leaf.fixed]
@@ -105,7 +111,28 @@ class EnvGroup:
         actions = self.ring.actions
         self.actions = None if actions is None else actions[lo:hi]
         self.names = [leaf.name for leaf in every]
-        return m.Returned()
+        return m.Returned(self._find_native(msg.native))
+
+    def _find_native(self, wanted: bool) -> list[NativeStatus]:
+        if not wanted:
+            return [NativeStatus(None, "native_step=False")] * len(self.envs)
+        if len(self.every) != 1 or not self.every[0].fixed:
+            return [NativeStatus(None, "a Dict or Tuple observation space")] * len(self.envs)
+        statuses = []
+        for i, env in enumerate(self.envs):
+            self.native[i], status = adapt(env)
+            statuses.append(status)
+        if any(self.native):
+            leaf = self.every[0]
+            self.scratch = np.zeros(leaf.shape, leaf.dtype)
+        return statuses
+
+    def _sync(self, i: int) -> None:
+        """Before a call into env ``i`` other than its native step: let the native step write back
+        what it keeps in its own form (see :mod:`shmvec.native`)."""
+        native = self.native[i]
+        if native is not None:
+            native.sync()
 
     def configure(self, msg: m.Configure) -> m.Returned:
         """Apply the options of ``msg`` that are set (see :class:`~shmvec.wire.messages.Configure`)."""
@@ -153,6 +180,9 @@ class EnvGroup:
         ended = self.ended
         rngs = self.rngs
         typed = self.infos
+        native = self.native
+        # Native steps write straight into the ring row unless a codec or a check reads it first.
+        direct = not self.encoders and self.finite_rules is None
         replies = []
         objects: m.Objects | None = {} if self.objects else None
         final_objects: m.Objects | None = None
@@ -161,10 +191,12 @@ class EnvGroup:
             if rngs is not None:
                 rngs.enter(i)
             reset_info = None
+            in_place = False  # the observation is in the ring row already
             if ended[i]:
                 # next_step mode: the episode ended in the last step; this step is its reset.
                 ended[i] = False
                 seed, self.next_seeds[i] = self.next_seeds[i], None
+                self._sync(i)
                 obs, info = check_reset(env.reset(seed=seed), self.first_env + i)
                 self._restart_codecs(i)
                 term = trunc = False
@@ -174,7 +206,12 @@ class EnvGroup:
                 if isinstance(action, np.ndarray):
                     # A view into the ring (or into the unpickled batch) must not be kept by the env.
                     action = action.copy()
-                obs, reward, term, trunc, info = check_step(env.step(action), self.first_env + i)
+                if native[i] is not None:
+                    obs = obs_slot[0][i] if direct else self.scratch
+                    reward, term, trunc, info = native[i].step_into(action, obs)
+                    in_place = direct
+                else:
+                    obs, reward, term, trunc, info = check_step(env.step(action), self.first_env + i)
                 if term or trunc:
                     if same_step:
                         # The terminal observation goes to its own area before the reset obs fills
@@ -187,7 +224,9 @@ class EnvGroup:
                         # Leaves the ring would give back changed (an int as np.int64...) travel
                         # as the env returned them: the faces' final observation is the env's.
                         returned = leaves_as_returned(self.every, values, self.objects)
+                        self._sync(i)
                         obs, reset_info = check_reset(env.reset(), self.first_env + i)
+                        in_place = False
                         if returned:
                             reset_info = {**reset_info, AS_RETURNED: returned}
                         self._restart_codecs(i)
@@ -195,7 +234,8 @@ class EnvGroup:
                         ended[i] = True
             if rngs is not None:
                 rngs.leave(i)
-            values = self.write(obs_slot, i, obs)
+            if not in_place:
+                values = self.write(obs_slot, i, obs)
             if objects is not None:
                 objects[i] = [values[j] for j in self.objects]
             rewards[i] = reward
@@ -226,6 +266,7 @@ class EnvGroup:
             self.ended[i], self.next_seeds[i] = False, None
             if self.rngs is not None:
                 self.rngs.enter(i)
+            self._sync(i)
             obs, info = check_reset(env.reset(seed=msg.seeds[i], **msg.kwargs[i]), self.first_env + i)
             if self.rngs is not None:
                 self.rngs.leave(i)
@@ -243,6 +284,7 @@ class EnvGroup:
             self.current = i
             if self.rngs is not None:
                 self.rngs.enter(i)
+            self._sync(i)
             results.append(call(self.envs[i]))
             if self.rngs is not None:
                 self.rngs.leave(i)
@@ -271,6 +313,7 @@ class EnvGroup:
     def set_wrapper_attr(self, msg: m.SetWrapperAttr) -> m.Returned:
         for i in msg.indices:
             self.current = i
+            self._sync(i)
             self.envs[i].set_wrapper_attr(msg.attr, msg.values[self.first_env + i])
         self.current = None
         return m.Returned()
@@ -287,6 +330,7 @@ class EnvGroup:
                 env.close()
         # Views into the mapping must go before it can be unmapped.
         self.obs = self.final = []
+        self.native = [None] * len(self.envs)
         self.encoders = []
         self.actions = None
         if self.ring is not None:

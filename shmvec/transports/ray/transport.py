@@ -23,6 +23,7 @@ started and shut down when the last engine that uses it closes
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import pickle
 import time
@@ -251,7 +252,7 @@ class RayTransport:
             slot = msg.slot
             msg = m.Reset(0, msg.seeds, msg.kwargs, msg.mask)
         elif isinstance(msg, m.Attach):
-            msg = m.Attach(None, msg.codecs, msg.verify_every)
+            msg = dataclasses.replace(msg, spec=None)
         message = pickle.dumps(msg, pickle.HIGHEST_PROTOCOL)
         ref = self.res.actors[w].call.remote(message)
         self.res.pending[w] = (ref, msg.label, slot)

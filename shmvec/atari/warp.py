@@ -1,0 +1,282 @@
+"""Two palette-index screens -> one gray frame resized like ``cv2.resize(..., INTER_AREA)``, bit for bit.
+
+SB3's ``WarpFrame`` costs ~50 µs a frame (``cvtColor`` then an area resize of 210x160 to 84x84) after
+the max of two RGB screens that ale-py grabbed at 14 µs each. Here the two screens arrive as palette
+indices (0.3 µs each) and one numba call does the rest:
+
+1. one table lookup per pixel (:mod:`shmvec.atari.palette`) gives the gray value of the max-pooled
+   pixel;
+2. OpenCV's area resize, in OpenCV's order of float32 operations: per source row, each destination
+   column sums its source pixels times their weights (``computeResizeAreaTab``'s table, restated in
+   :func:`area_table`); per destination row, the rows' sums times their weights; ``cvRound`` and
+   saturation.
+
+Step 2's per-row sums depend on that row's two index rows alone, and most rows of a game screen are
+the same as a step earlier: each env keeps its rows' sums (:class:`WarpState`) and recomputes only
+the rows whose indices changed (9-40 of 210 on Pong, Breakout, MsPacman, Seaquest). When most rows
+changed, all are recomputed at once with the horizontal pass running over every source row together
+(vectorised). Neither changes a single float operation, only which are done and their interleaving.
+
+:class:`Warp` checks itself against OpenCV when it is built (:func:`checked`): an OpenCV whose area
+resize computes otherwise makes the native path step through the wrappers instead.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import numba
+import numpy as np
+
+from shmvec.atari import palette
+
+#: Pair table for screens that are gray already: ``MAX[a << 8 | b] = max(a, b)``.
+MAX = np.maximum.outer(np.arange(256), np.arange(256)).astype(np.uint8).reshape(-1)
+
+
+def area_table(ssize: int, dsize: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """OpenCV's area-resize table along one axis (``computeResizeAreaTab`` with ``scale = ssize /
+    dsize``): per entry, the destination index, the source index and the float32 weight, in
+    OpenCV's order."""
+    scale = ssize / dsize
+    dst: list[int] = []
+    src: list[int] = []
+    weight: list[float] = []
+    for d in range(dsize):
+        fs1 = d * scale
+        fs2 = fs1 + scale
+        cell = min(scale, ssize - fs1)
+        s1, s2 = math.ceil(fs1), math.floor(fs2)
+        s2 = min(s2, ssize - 1)
+        s1 = min(s1, s2)
+        if s1 - fs1 > 1e-3:
+            dst.append(d)
+            src.append(s1 - 1)
+            weight.append((s1 - fs1) / cell)
+        for s in range(s1, s2):
+            dst.append(d)
+            src.append(s)
+            weight.append(1.0 / cell)
+        if fs2 - s2 > 1e-3:
+            dst.append(d)
+            src.append(s2)
+            weight.append(min(min(fs2 - s2, 1.0), cell) / cell)
+    return np.array(dst, np.int32), np.array(src, np.int32), np.array(weight, np.float32)
+
+
+@numba.njit(cache=True, nogil=True, boundscheck=False)
+def _changed_rows(i0, i1, prev, valid, changed) -> int:
+    """Mark the rows where ``i0`` or ``i1`` differ from ``prev`` (all, if not ``valid``); how many."""
+    height, width = i0.shape
+    n = 0
+    for sy in range(height):
+        same = valid
+        if same:
+            for sx in range(width):
+                same &= (i0[sy, sx] == prev[0, sy, sx]) & (i1[sy, sx] == prev[1, sy, sx])
+        changed[sy] = not same
+        n += not same
+    return n
+
+
+@numba.njit(cache=True, nogil=True, boundscheck=False)
+def _rows(i0, i1, table, prev, changed, g, buf, taps, weights) -> None:
+    """Per changed row: its lookup, then each destination column's sum over its source pixels, the
+    taps in OpenCV's order (padding taps weigh 0 and add +0.0, which changes no sum)."""
+    height, width = i0.shape
+    ntaps, dwidth = taps.shape
+    for sy in range(height):
+        if not changed[sy]:
+            continue
+        for sx in range(width):
+            a, b = i0[sy, sx], i1[sy, sx]
+            prev[0, sy, sx], prev[1, sy, sx] = a, b
+            g[sx] = table[(np.int32(a) << 8) | b]
+        row = buf[sy]
+        for d in range(dwidth):
+            row[d] = g[taps[0, d]] * weights[0, d]
+        for t in range(1, ntaps):
+            for d in range(dwidth):
+                row[d] += g[taps[t, d]] * weights[t, d]
+
+
+@numba.njit(cache=True, nogil=True, boundscheck=False)
+def _all_rows(i0, i1, table, prev, gt, buft, buf, xd, xs, xw) -> None:
+    """The same sums for every row at once: lookup written transposed (source columns contiguous),
+    the horizontal pass over all rows together, the result transposed back."""
+    height, width = i0.shape
+    for sy in range(height):
+        for sx in range(width):
+            a, b = i0[sy, sx], i1[sy, sx]
+            prev[0, sy, sx], prev[1, sy, sx] = a, b
+            gt[sx, sy] = table[(np.int32(a) << 8) | b]
+    buft[:, :] = 0
+    for k in range(len(xd)):
+        d, s, w = xd[k], xs[k], xw[k]
+        for sy in range(height):
+            buft[d, sy] += gt[s, sy] * w
+    for d in range(buft.shape[0]):
+        for sy in range(height):
+            buf[sy, d] = buft[d, sy]
+
+
+@numba.njit(cache=True, nogil=True, boundscheck=False)
+def _store(acc: np.ndarray, out: np.ndarray, dy: int) -> None:
+    for dx in range(len(acc)):
+        v = np.rint(acc[dx])
+        out[dy, dx] = np.uint8(min(max(v, 0.0), 255.0))
+
+
+@numba.njit(cache=True, nogil=True, boundscheck=False)
+def _vertical(buf, acc, out, yd, ys, yw) -> None:
+    prev = yd[0]
+    acc[:] = 0
+    for j in range(len(yd)):
+        dy, sy, w = yd[j], ys[j], yw[j]
+        if dy != prev:
+            _store(acc, out, prev)
+            for dx in range(len(acc)):
+                acc[dx] = w * buf[sy, dx]
+            prev = dy
+        else:
+            for dx in range(len(acc)):
+                acc[dx] = acc[dx] + w * buf[sy, dx]
+    _store(acc, out, prev)
+
+
+@numba.njit(cache=True, nogil=True, boundscheck=False)
+def warp_frame(i0, i1, table, out, prev, valid, changed, buf, g, gt, buft, acc, x, taps, weights, y) -> int:
+    """``out[:] = area_resize(table[i0 << 8 | i1])`` (see the module docstring): ``prev``, ``valid``,
+    ``changed``, ``buf`` are the env's :class:`WarpState`, the rest the warp's tables and scratch.
+    Returns the rows recomputed."""
+    n = _changed_rows(i0, i1, prev, valid[0], changed)
+    if n > len(changed) // 3:
+        _all_rows(i0, i1, table, prev, gt, buft, buf, x[0], x[1], x[2])
+    elif n:
+        _rows(i0, i1, table, prev, changed, g, buf, taps, weights)
+    valid[0] = True
+    _vertical(buf, acc, out, y[0], y[1], y[2])
+    return n
+
+
+@numba.njit(cache=True, nogil=True, boundscheck=False)
+def colour(idx: np.ndarray, palette: np.ndarray, out: np.ndarray) -> None:
+    """``out[y, x] = palette[idx[y, x]]``: an index screen in colour, as ``getScreenRGB`` gives it
+    (NumPy's ``take`` and fancy indexing allocate an index array of the screen's size first)."""
+    height, width = idx.shape
+    for y in range(height):
+        for x in range(width):
+            for c in range(palette.shape[1]):
+                out[y, x, c] = palette[idx[y, x], c]
+
+
+class WarpState:
+    """One env's rows of a :class:`Warp`: the index rows it last saw and their horizontal sums.
+
+    :param warp: the warp it serves.
+    """
+
+    def __init__(self, warp: Warp) -> None:
+        height, width = warp.screen
+        self.prev = np.zeros((2, height, width), np.uint8)
+        self.valid = np.zeros(1, np.bool_)  # False until the first frame: every row computed
+        self.changed = np.zeros(height, np.bool_)
+        self.buf = np.zeros((height, warp.size[1]), np.float32)
+
+
+class Warp:
+    """The lookup and area resize for one screen size and one output size, with its tables and
+    scratch memory (shared by the envs of a process; each env has a :class:`WarpState`). Nothing is
+    allocated per frame.
+
+    :param screen: (height, width) of the index screens.
+    :param size: (height, width) of the output frame.
+    """
+
+    def __init__(self, screen: tuple[int, int], size: tuple[int, int]) -> None:
+        height, width = screen
+        dheight, dwidth = size
+        self.screen, self.size = screen, size
+        self.x = area_table(width, dwidth)
+        self.y = area_table(height, dheight)
+        # The horizontal table per destination column, padded to the most taps any column has.
+        counts = np.bincount(self.x[0], minlength=dwidth)
+        self.taps = np.zeros((counts.max(), dwidth), np.int32)
+        self.weights = np.zeros((counts.max(), dwidth), np.float32)
+        first = np.concatenate([[0], np.cumsum(counts)[:-1]])
+        for k, (d, s, w) in enumerate(zip(*self.x)):
+            self.taps[k - first[d], d], self.weights[k - first[d], d] = s, w
+        self.scratch = (
+            np.zeros(width, np.float32),
+            np.zeros((width, height), np.float32),
+            np.zeros((dwidth, height), np.float32),
+            np.zeros(dwidth, np.float32),
+        )
+
+    def state(self) -> WarpState:
+        """A new env's rows (see :class:`WarpState`)."""
+        return WarpState(self)
+
+    def __call__(
+        self, i0: np.ndarray, i1: np.ndarray, table: np.ndarray, out: np.ndarray, state: WarpState
+    ) -> int:
+        """Write the frame of index screens ``i0``/``i1`` through pair ``table`` into ``out``, a
+        (height, width) uint8 array, for the env whose rows ``state`` holds; the rows recomputed."""
+        return warp_frame(
+            i0, i1, table, out, state.prev, state.valid, state.changed, state.buf, *self.scratch,
+            self.x, self.taps, self.weights, self.y,
+        )  # fmt: skip
+
+    def agrees_with_opencv(self, colours: np.ndarray, table: np.ndarray, frames: int = 12) -> bool:
+        """Whether this warp equals OpenCV's own chain (``colours`` of the indices, channel-wise max,
+        ``cvtColor`` to gray for RGB colours, ``cv2.resize(..., INTER_AREA)``) on random and
+        structured screens, each computed whole and then again with a few of its rows changed (the
+        rows recomputed alone).
+
+        :param colours: (256, 3) colours for a table built by ``cvtColor``, or (256,) gray values
+            for one built as the max of gray values.
+        """
+        import cv2
+
+        rng = np.random.default_rng(0)
+        out = np.zeros(self.size, np.uint8)
+        dsize = (self.size[1], self.size[0])
+        height = self.screen[0]
+        for f in range(frames):
+            state = self.state()
+            i0 = rng.integers(0, 128, self.screen, dtype=np.uint8) * 2
+            i1 = rng.integers(0, 128, self.screen, dtype=np.uint8) * 2
+            if f % 2:  # large flat areas and hard edges, as game screens have
+                i1 = np.where(i0 > 128, i0, 0).astype(np.uint8)
+                i0 = np.repeat(i0[:, :1], self.screen[1], axis=1)
+            for recomputed in (height, None):
+                if recomputed is None:
+                    rows = rng.choice(height, size=height // 8, replace=False)
+                    i1[rows] = rng.integers(0, 128, (len(rows), self.screen[1]), dtype=np.uint8) * 2
+                    recomputed = len(rows)
+                pooled = np.maximum(colours[i0], colours[i1])
+                gray = cv2.cvtColor(pooled, cv2.COLOR_RGB2GRAY) if pooled.ndim == 3 else pooled
+                if self(i0, i1, table, out, state) != recomputed:
+                    return False
+                if not np.array_equal(out, cv2.resize(gray, dsize, interpolation=cv2.INTER_AREA)):
+                    return False
+        return True
+
+
+@functools.cache
+def checked(screen: tuple[int, int], size: tuple[int, int], colour: bool) -> Warp | None:
+    """The warp from ``screen`` to ``size``, or None where it would not equal OpenCV's: an
+    enlargement, or a reduction by whole factors on both axes (OpenCV's integer fast path, which
+    rounds otherwise), or an OpenCV whose general area resize computes otherwise (checked here on
+    test screens once per process and size). ``colour``: index screens through SB3's
+    :func:`~shmvec.atari.palette.gray_of_max` (else gray screens through :data:`MAX`)."""
+    ratios = (screen[0] / size[0], screen[1] / size[1])
+    if min(ratios) < 1 or all(r == int(r) for r in ratios):
+        return None
+    warp = Warp(screen, size)
+    if colour:
+        agrees = warp.agrees_with_opencv(palette.rgb_palette(), palette.gray_of_max())
+    else:
+        agrees = warp.agrees_with_opencv(np.arange(256, dtype=np.uint8), MAX)
+    return warp if agrees else None

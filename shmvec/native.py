@@ -1,0 +1,153 @@
+"""Native step paths: an env that writes its observation straight into the ring slot it is given.
+
+A worker normally calls ``env.step(action)`` through every wrapper of the env, then copies the
+returned observation into the ring. An env (or a wrapper chain the worker recognises, such as SB3's
+Atari recipe: :mod:`shmvec.atari.sb3`) that implements :class:`NativeEnv` is instead called as
+``env.step_into(action, out)``: it writes its observation into ``out``, its row of the ring slot of
+this step, and returns the rest of what ``step`` returns. An env written with numba or in C then
+costs no copy and no Python per frame. Resets still go through ``env.reset()``.
+
+The protocol, for your own env (no base class needed; the worker looks for the method)::
+
+    class MyEnv(gymnasium.Env):
+        def step_into(self, action, out: np.ndarray) -> tuple[float, bool, bool, dict]:
+            ...  # advance the state, write the observation into out (shape and dtype of the space)
+            return reward, terminated, truncated, info
+
+        def sync(self) -> None:  # optional
+            ...  # bring any state that step_into keeps in its own form up to date
+
+It must give exactly what ``step`` gives: ``out`` equal to ``step``'s observation, the same reward,
+flags and info, and the same state afterwards. ``sync()``, if present, is called before any other
+call into the env (reset, ``get_attr``, ``env_method``, ``render``, close, a step through the
+wrappers), so state that ``step_into`` keeps lazily can be written back first. Gymnasium's standard
+wrappers that ``gymnasium.make`` adds (``TimeLimit``, ``OrderEnforcing``, ``PassiveEnvChecker``) may
+sit on top: the worker applies what they do (:class:`GymLayers`). Observation spaces with one Box
+leaf only (not Dict or Tuple). Turn native paths off with ``native_step=False``; see which envs use
+one with the faces' ``native_steps``.
+
+Imported by workers: standard library, numpy and gymnasium only.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import hashlib
+import inspect
+import io
+import textwrap
+import tokenize
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+import gymnasium as gym
+import numpy as np
+
+StepInto = tuple[Any, bool, bool, dict[str, Any]]
+
+
+@runtime_checkable
+class NativeEnv(Protocol):
+    """What a native step path implements (see the module docstring)."""
+
+    def step_into(self, action: Any, out: np.ndarray) -> StepInto:
+        """Step once, write the observation into ``out``; ``(reward, terminated, truncated, info)``."""
+        ...
+
+
+@dataclass(frozen=True)
+class NativeStatus:
+    """Whether one env is stepped natively, and how or why not.
+
+    :param path: the native path in use (``"sb3-atari"``, ``"gymnasium-atari"``, ``"step_into"``,
+        with ``"+frame-stack"`` when shmvec's ``frame_stack`` sits on top), or None.
+    :param reason: why not, when ``path`` is None (the wrapper or setting that is not recognised).
+    """
+
+    path: str | None
+    reason: str | None = None
+
+
+def sync(env: Any) -> None:
+    """Call ``env.sync()`` if it has one (see :class:`NativeEnv`)."""
+    method = getattr(env, "sync", None)
+    if method is not None:
+        method()
+
+
+def class_name(obj: Any) -> str:
+    """``module.QualifiedName`` of the object's class."""
+    kind = type(obj)
+    return f"{kind.__module__}.{kind.__qualname__}"
+
+
+def is_exactly(obj: Any, name: str) -> bool:
+    """Whether ``obj``'s class is the one of that ``module.QualifiedName`` (not a subclass: a
+    subclass may step differently)."""
+    return class_name(obj) == name
+
+
+@functools.cache
+def fingerprint(func: Any) -> str:
+    """A hash of a function's source tokens, comments, docstrings and layout left out: a native path
+    restates what a wrapper's ``step`` does, and runs only over the versions whose source it was
+    checked against (an unknown fingerprint makes the worker step through the wrappers)."""
+    source = textwrap.dedent(inspect.getsource(func))
+    docstrings: set[int] = set()
+    for node in ast.walk(ast.parse(source)):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr):
+            value = body[0].value
+            if isinstance(value, ast.Constant) and isinstance(value.value, str):
+                docstrings.update(range(value.lineno, (value.end_lineno or value.lineno) + 1))
+    skip = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT}
+    tokens = [
+        tok.string
+        for tok in tokenize.generate_tokens(io.StringIO(source).readline)
+        if tok.type not in skip and tok.start[0] not in docstrings
+    ]
+    return hashlib.sha256(" ".join(tokens).encode()).hexdigest()[:16]
+
+
+class GymLayers:
+    """What Gymnasium's ``TimeLimit``, ``OrderEnforcing`` and ``PassiveEnvChecker`` do on a step, for
+    a native path under them (each may be absent).
+
+    :param env: the outermost of these wrappers (or the env itself when there are none).
+    """
+
+    ORDER = "gymnasium.wrappers.common.OrderEnforcing"
+    CHECKER = "gymnasium.wrappers.common.PassiveEnvChecker"
+    LIMIT = "gymnasium.wrappers.common.TimeLimit"
+
+    def __init__(self, env: gym.Env) -> None:
+        # Any: the attributes read are these wrappers' own, which their types do not declare.
+        self.limit: Any = None
+        self.order: Any = None
+        self.checker: Any = None
+        for attr, name in (("limit", self.LIMIT), ("order", self.ORDER), ("checker", self.CHECKER)):
+            if is_exactly(env, name):
+                setattr(self, attr, env)
+                env = env.env  # type: ignore[attr-defined]
+        self.inner: Any = env
+
+    def layers(self) -> list[Any]:
+        """The wrappers present, outermost first."""
+        return [w for w in (self.limit, self.order, self.checker) if w is not None]
+
+    def ready(self) -> bool:
+        """Whether the next step may skip these wrappers: the env was reset (else ``OrderEnforcing``
+        raises) and ``PassiveEnvChecker`` has made its checks of the first two steps."""
+        order, checker = self.order, self.checker
+        if order is not None and not order._has_reset:
+            return False
+        return checker is None or (checker.checked_step and checker.checked_data_reuse)
+
+    def truncate(self, truncated: bool) -> bool:
+        """``TimeLimit``'s count of one inner step: the truncated flag it passes on."""
+        limit = self.limit
+        if limit is None:
+            return truncated
+        limit._elapsed_steps += 1
+        return truncated or limit._elapsed_steps >= limit._max_episode_steps

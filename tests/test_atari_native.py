@@ -1,0 +1,376 @@
+"""The native Atari step path (shmvec.atari) gives exactly what the wrappers give.
+
+Every comparison is against the same factories stepped by SB3's DummyVecEnv (or Gymnasium's
+SyncVectorEnv, or the env alone), array for array: observations, rewards, dones, infos with
+``terminal_observation`` and Monitor's ``episode``, the wrappers' state read back with ``get_attr``,
+and Monitor's CSV files. The larger matrix (seven games, more steps) is marked slow.
+"""
+
+from __future__ import annotations
+
+import csv
+import functools
+import os
+import signal
+from contextlib import closing
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.vector import AutoresetMode
+from stable_baselines3.common.env_util import make_atari_env
+from stable_baselines3.common.vec_env import DummyVecEnv, VecFrameStack
+
+import shmvec
+from shmvec import ShmVecEnv
+from shmvec.atari import emulator
+from tests.helpers import assert_step_equal, require
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _ale():
+    module = require("ale_py", 'pip install -e ".[atari]"')
+    gym.register_envs(module)
+
+
+# Wrapper state that get_attr must read as the wrappers leave it, and that the native step keeps.
+STATE = ("episode_returns", "episode_lengths", "total_steps", "lives", "was_real_done", "_obs_buffer")
+
+
+def _monitor_rows(folder: Path) -> dict[str, list[list[str]]]:
+    """Each Monitor CSV's rows (header line and time column left out: wall-clock)."""
+    out = {}
+    for path in sorted(folder.glob("*.monitor.csv")):
+        with open(path) as f:
+            next(f)  # '#{"t_start": ..., "env_id": ...}'
+            rows = list(csv.reader(f))
+        out[path.name] = [row[:2] for row in rows]
+    return out
+
+
+def run_sb3(
+    env_id: str,
+    tmp_path: Path,
+    n_envs: int = 4,
+    steps: int = 600,
+    seed: int = 0,
+    ref_seed: int | None = None,
+    wrapper_kwargs: dict | None = None,
+    env_kwargs: dict | None = None,
+    **options,
+) -> dict[str, int]:
+    """``make_atari_env`` through ShmVecEnv and through DummyVecEnv (``ref_seed``: another seed for
+    the reference, the negative control), compared step by step; how episodes ended, by kind."""
+    stack = options.get("frame_stack")
+    common = dict(n_envs=n_envs, wrapper_kwargs=wrapper_kwargs, env_kwargs=env_kwargs)
+    ref = make_atari_env(
+        env_id, seed=seed if ref_seed is None else ref_seed, monitor_dir=str(tmp_path / "ref"), **common
+    )
+    ref = VecFrameStack(ref, stack) if stack else ref
+    options.setdefault("start_method", "fork")
+    got = make_atari_env(
+        env_id,
+        seed=seed,
+        monitor_dir=str(tmp_path / "shm"),
+        vec_env_cls=ShmVecEnv,
+        vec_env_kwargs=options,
+        **common,
+    )
+    ends = {"game over": 0, "life lost": 0, "truncated": 0}
+    with closing(got), closing(ref):
+        paths = {s.path for s in got.native_steps}
+        assert paths == {"sb3-atari+frame-stack" if stack else "sb3-atari"}, got.native_steps
+        assert np.array_equal(got.reset(), ref.reset()), "reset obs"
+        rng = np.random.default_rng(seed)
+        for t in range(steps):
+            actions = rng.integers(0, got.action_space.n, n_envs)
+            want = ref.step(actions)
+            assert_step_equal(got.step(actions), want, t)
+            for done, info in zip(want[2], want[3]):
+                if done:
+                    kind = (
+                        "truncated"
+                        if info["TimeLimit.truncated"]
+                        else "game over"
+                        if "episode" in info
+                        else "life lost"
+                    )
+                    ends[kind] += 1
+        for attr in STATE:
+            if ref.has_attr(attr):
+                for i, (x, y) in enumerate(zip(got.get_attr(attr), ref.get_attr(attr))):
+                    assert np.array_equal(x, y), f"get_attr({attr!r}) of env {i}"
+    assert _monitor_rows(tmp_path / "shm") == _monitor_rows(tmp_path / "ref")
+    return ends
+
+
+# ---------------------------------------------------------------- SB3's recipe against DummyVecEnv
+
+
+def test_pong_one_liner_is_native_and_exact(no_leaks, tmp_path):
+    ends = run_sb3("PongNoFrameskip-v4", tmp_path, n_envs=2, steps=1000, n_workers=2)
+    assert ends["game over"] >= 1, ends
+
+
+def test_breakout_lives_frame_stack_and_truncation(no_leaks, tmp_path):
+    # TimeLimit counts emulator frames (Monitor and TimeLimit sit under the frame skip).
+    ends = run_sb3("BreakoutNoFrameskip-v4", tmp_path, env_kwargs={"max_episode_steps": 600}, frame_stack=4)
+    assert ends["life lost"] >= 3 and ends["truncated"] >= 1, ends
+
+
+@pytest.mark.parametrize(
+    "game,wrapper_kwargs,env_kwargs",
+    [
+        ("SpaceInvaders", {"action_repeat_probability": 0.25, "screen_size": 64}, None),
+        (
+            "MsPacman",
+            {"noop_max": 0, "terminal_on_life_loss": False, "clip_reward": False},
+            {"max_episode_steps": 800},
+        ),
+        ("Qbert", {"frame_skip": 5, "screen_size": 96}, {"max_num_frames_per_episode": 2000}),
+        ("Seaquest", {"frame_skip": 2}, None),
+    ],
+)
+def test_recipe_parameters(no_leaks, tmp_path, game, wrapper_kwargs, env_kwargs):
+    ends = run_sb3(
+        f"{game}NoFrameskip-v4", tmp_path, steps=400, wrapper_kwargs=wrapper_kwargs, env_kwargs=env_kwargs
+    )
+    assert sum(ends.values()) >= 1, ends
+
+
+def test_v5_ids_with_sticky_actions_in_ale(no_leaks, tmp_path):
+    ends = run_sb3("ALE/Breakout-v5", tmp_path, steps=400, env_kwargs={"frameskip": 1})
+    assert ends["life lost"] >= 1, ends
+
+
+def test_a_changed_seed_is_caught(no_leaks, tmp_path):
+    with pytest.raises(AssertionError, match="obs|rewards|dones|infos"):
+        run_sb3("BreakoutNoFrameskip-v4", tmp_path, steps=200, ref_seed=1)
+
+
+def test_wrapper_calls_between_steps_see_the_wrappers_state(no_leaks):
+    """get_attr / env_method in the middle of episodes: MaxAndSkipEnv's frames are written back
+    first, and the native step goes on from whatever the call left."""
+    ref = make_atari_env("BreakoutNoFrameskip-v4", n_envs=2, seed=3)
+    got = make_atari_env("BreakoutNoFrameskip-v4", n_envs=2, seed=3, vec_env_cls=ShmVecEnv,
+                         vec_env_kwargs={"start_method": "fork"})  # fmt: skip
+    with closing(got), closing(ref):
+        got.reset(), ref.reset()
+        rng = np.random.default_rng(3)
+        for t in range(300):
+            actions = rng.integers(0, 4, 2)
+            assert_step_equal(got.step(actions), ref.step(actions), t)
+            if t % 37 == 0:
+                for x, y in zip(got.get_attr("_obs_buffer"), ref.get_attr("_obs_buffer")):
+                    assert np.array_equal(x, y), t
+            if t % 53 == 0:  # a step through the wrappers, not the VecEnv: state must follow
+                want = ref.env_method("step", 1)
+                for (o1, *r1), (o2, *r2) in zip(got.env_method("step", 1), want):
+                    assert np.array_equal(o1, o2) and r1 == r2, t
+                if any(r[2] or r[3] for r in want):
+                    got.reset(), ref.reset()
+
+
+# ---------------------------------------------------------------- when the path is (not) taken
+
+
+def _sb3_factory(env_id: str, extra: str | None = None, monitor: bool = True, **wrapper_kwargs):
+    from stable_baselines3.common.atari_wrappers import AtariWrapper
+    from stable_baselines3.common.monitor import Monitor
+
+    env = AtariWrapper(Monitor(gym.make(env_id)) if monitor else gym.make(env_id), **wrapper_kwargs)
+    if extra == "outer":
+        env = gym.wrappers.RecordEpisodeStatistics(env)
+    elif extra == "inner":
+        env = AtariWrapper(gym.wrappers.RecordEpisodeStatistics(Monitor(gym.make(env_id))), **wrapper_kwargs)
+    return env
+
+
+def _compare_dummy(fns, steps: int = 150, **options):
+    ref = DummyVecEnv(fns)
+    with ShmVecEnv(fns, start_method="fork", **options) as got, closing(ref):
+        got.seed(5), ref.seed(5)
+        assert np.array_equal(got.reset(), ref.reset())
+        rng = np.random.default_rng(5)
+        for t in range(steps):
+            actions = rng.integers(0, got.action_space.n, len(fns))
+            assert_step_equal(got.step(actions), ref.step(actions), t)
+        return got.native_steps
+
+
+@pytest.mark.parametrize(
+    "fn,reason",
+    [
+        (functools.partial(_sb3_factory, "BreakoutNoFrameskip-v4", "outer"), "RecordEpisodeStatistics"),
+        (functools.partial(_sb3_factory, "BreakoutNoFrameskip-v4", "inner"), "RecordEpisodeStatistics"),
+        (functools.partial(_sb3_factory, "BreakoutNoFrameskip-v4", screen_size=10), "INTER_AREA"),
+        (functools.partial(_sb3_factory, "AdventureNoFrameskip-v4"), "PAL"),
+    ],
+    ids=["wrapper-outside", "wrapper-inside", "integer-scale-resize", "pal-game"],
+)
+def test_chains_it_does_not_recognise_step_through_their_wrappers(no_leaks, fn, reason):
+    statuses = _compare_dummy([fn, fn])
+    assert all(s.path is None for s in statuses), statuses
+    assert reason is None or reason in statuses[0].reason
+
+
+def test_option_turns_it_off(no_leaks):
+    fn = functools.partial(_sb3_factory, "BreakoutNoFrameskip-v4")
+    statuses = _compare_dummy([fn, fn], steps=20, native_step=False)
+    assert statuses[0].path is None and statuses[0].reason == "native_step=False"
+
+
+def test_code_it_was_not_checked_against_steps_through_the_wrappers(no_leaks, monkeypatch):
+    """A wrapper whose source differs (another SB3 version) is not restated."""
+    name = "stable_baselines3.common.atari_wrappers.MaxAndSkipEnv.step"
+    monkeypatch.setitem(emulator.KNOWN, name, {"0000000000000000"})
+    fn = functools.partial(_sb3_factory, "BreakoutNoFrameskip-v4")
+    statuses = _compare_dummy([fn, fn], steps=30)
+    assert statuses[0].path is None and name in statuses[0].reason
+
+
+def test_non_ale_env_named_like_one_is_not_native(no_leaks):
+    from stable_baselines3.common.atari_wrappers import WarpFrame
+
+    from shmvec.synthetic import SyntheticImageEnv
+
+    fn = functools.partial(lambda: WarpFrame(SyntheticImageEnv((210, 160, 3), episode_len=(5, 9))))
+    statuses = _compare_dummy([fn, fn], steps=30)
+    assert statuses[0].path is None and "AtariEnv" in statuses[0].reason
+
+
+# ---------------------------------------------------------------- the Gymnasium face
+
+
+def _preprocessed(
+    env_id: str = "ALE/Breakout-v5", stack: int = 4, frames: int | None = None, **kwargs
+) -> gym.Env:
+    """AtariPreprocessing (and FrameStackObservation if ``stack``); ``frames``: TimeLimit's length."""
+    env = gym.wrappers.AtariPreprocessing(gym.make(env_id, frameskip=1, max_episode_steps=frames), **kwargs)
+    return gym.wrappers.FrameStackObservation(env, stack) if stack else env
+
+
+@pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP])
+@pytest.mark.parametrize(
+    "fn",
+    [
+        functools.partial(_preprocessed, terminal_on_life_loss=True),
+        functools.partial(
+            _preprocessed, "ALE/MsPacman-v5", stack=0, frames=400, screen_size=64, grayscale_newaxis=True
+        ),
+        # Without Monitor: its episode record holds wall-clock time, which Gymnasium's infos batch.
+        functools.partial(_sb3_factory, "BreakoutNoFrameskip-v4", monitor=False),
+    ],
+    ids=["preprocessing-stack", "preprocessing", "sb3-recipe"],
+)
+def test_gymnasium_face_matches_sync(no_leaks, fn, mode):
+    from tests.test_vector_env import run_both
+
+    with closing(shmvec.ShmVectorEnv([fn], start_method="fork")) as probe:
+        assert probe.native_steps[0].path is not None, probe.native_steps
+    ends = run_both((fn, fn), mode, n_envs=3, steps=250)
+    assert ends, "no episode ended"
+
+
+def test_pool_mode_each_env_matches_itself_alone(no_leaks):
+    from tests.test_pool import check_trajectories, run_pool
+
+    fn = functools.partial(_preprocessed, terminal_on_life_loss=True)
+    with closing(shmvec.ShmVectorEnv([fn] * 4, start_method="fork", batch_size=2)) as env:
+        assert all(s.path for s in env.native_steps)
+        got, _ = run_pool(env, 200)
+    check_trajectories(fn, got)
+
+
+# ---------------------------------------------------------------- restart mode, allocation
+
+
+def test_restart_mode_rebuilds_a_native_worker_and_the_others_go_on_exactly(no_leaks):
+    fn = functools.partial(_sb3_factory, "BreakoutNoFrameskip-v4")
+    ref = DummyVecEnv([fn] * 4)
+    with ShmVecEnv([fn] * 4, start_method="fork", n_workers=2, on_crash="restart") as got, closing(ref):
+        got.seed(2), ref.seed(2)
+        assert np.array_equal(got.reset(), ref.reset())
+        rng = np.random.default_rng(2)
+        for t in range(120):
+            if t == 60:
+                os.kill(got.processes[0].pid, signal.SIGKILL)
+            actions = rng.integers(0, 4, 4)
+            obs, rewards, dones, infos = got.step(actions)
+            w_obs, w_rewards, w_dones, w_infos = ref.step(actions)
+            # Worker 1's envs (2, 3) never noticed.
+            assert np.array_equal(obs[2:], w_obs[2:]) and np.array_equal(rewards[2:], w_rewards[2:]), t
+        assert got.n_restarts == 1
+
+
+def test_a_native_step_allocates_no_frame(no_leaks):
+    """Each of 1,000 steps of a worker (``EnvGroup.step``, traced in the worker), resets aside (they
+    go through the wrappers): the memory it allocates and frees again (tracemalloc's peak over what
+    stays) holds no frame. Through the wrappers, every step allocates 210x160x3 screens."""
+    fn = functools.partial(_traced, "PongNoFrameskip-v4")
+    for native in (True, False):
+        with ShmVecEnv([fn], start_method="fork", native_step=native, frame_stack=4) as env:
+            env.reset()
+            for _ in range(1000):
+                env.step(np.array([2]))
+            peaks = env.env_method("step_peaks")[0]
+        assert len(peaks) >= 900, len(peaks)
+        if native:
+            assert max(peaks) < 84 * 84, max(peaks)
+        else:
+            assert min(peaks) > 210 * 160 * 3, min(peaks)
+
+
+def _traced(env_id: str) -> gym.Env:
+    """SB3's recipe, in a worker whose ``EnvGroup.step`` records its allocation peak per step (the
+    steps that reset an env left out)."""
+    import tracemalloc
+
+    from shmvec.worker.envs import EnvGroup
+
+    tracemalloc.start()
+    peaks: list[int] = []
+    step = EnvGroup.step
+
+    def traced(self, msg):
+        tracemalloc.reset_peak()
+        before = tracemalloc.get_traced_memory()[0]
+        reply = step(self, msg)
+        if not any(reset_info is not None for _, _, reset_info in reply.items):
+            peaks.append(tracemalloc.get_traced_memory()[1] - before)
+        return reply
+
+    EnvGroup.step = traced  # this worker process's class only
+    env = _sb3_factory(env_id)
+    env.step_peaks = lambda: peaks[50:]  # an instance attribute: the classes stay the recognised ones
+    return env
+
+
+# ---------------------------------------------------------------- the Ray backend
+
+
+@pytest.mark.slow
+def test_ray_backend(tmp_path):
+    require("ray", 'pip install -e ".[ray]"')
+    from tests.ray_helpers import local_cluster, loopback_environ
+
+    loopback_environ()
+    with local_cluster(1, cpus=2):
+        ends = run_sb3(
+            "BreakoutNoFrameskip-v4", tmp_path, n_envs=2, steps=300, backend="ray", start_method=None
+        )
+    assert ends["life lost"] >= 1
+
+
+# ---------------------------------------------------------------- the whole matrix (slow)
+
+GAMES = ["Pong", "Breakout", "SpaceInvaders", "MsPacman", "Seaquest", "Qbert", "MontezumaRevenge"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("game", GAMES)
+@pytest.mark.parametrize("seed", [0, 1])
+def test_every_game(no_leaks, tmp_path, game, seed):
+    run_sb3(f"{game}NoFrameskip-v4", tmp_path, steps=2500, seed=seed, frame_stack=4 if seed else None,
+            env_kwargs={"max_episode_steps": 4000})  # fmt: skip
