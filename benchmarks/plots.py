@@ -27,6 +27,7 @@ import numpy as np  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 sys.path.insert(0, str(ROOT / "benchmarks"))  # learning_curve, for its JSON's reading
+from plot_layout import layout_problems, place_above  # noqa: E402
 
 NAMES = {
     "dummy": "DummyVecEnv",
@@ -65,10 +66,28 @@ def _bars(ax: Any, labels: list[str], values: list[float], low: list[float], hig
     ax.set_xlim(0, max(high) * 1.3)
 
 
-def _save(fig: Any, out: Path, rect: tuple[float, ...] = (0, 0, 1, 1)) -> None:
-    fig.tight_layout(rect=rect)
+def _save(fig: Any, out: Path, caption: str | None = None) -> None:
+    """Lay out and write the figure, once its text reads well (:mod:`plot_layout`).
+
+    :param caption: a gray line under the panels (how and when it was measured).
+    :raises ValueError: for text cut by the figure's edge or drawn over other text.
+    """
+    if caption is not None:
+        fig.text(0.5, 0.01, caption, ha="center", fontsize=8, color="dimgray")
+    fig.tight_layout(rect=(0, 0, 1, 1) if caption is None else (0, 0.05, 1, 1))
+    problems = layout_problems(fig)
+    if problems:
+        plt.close(fig)
+        raise ValueError(f"{out.name}: " + "; ".join(problems))
     fig.savefig(out, dpi=100)
     plt.close(fig)
+
+
+def _measured(*names: str) -> str:
+    """``measured 2026-12-03`` (the days, if several): when the ``shmvec bench`` JSONs ``names`` were
+    measured, for the caption of a figure whose runs could otherwise be taken for others'."""
+    days = sorted({_read(name)["machine"]["date_utc"][:10] for name in names})
+    return "measured " + " and ".join(days)
 
 
 def _steps_at(result: Any, n_envs: int) -> dict[str, Any]:
@@ -94,7 +113,7 @@ def _time_to_threshold() -> tuple[list[str], list[float], list[float], list[floa
 def home(out: Path) -> None:
     """Home page and README: env steps/s on Pong against SB3's VecEnvs (``pong.json``) and EnvPool
     (``peers_pong8.json``), and the time PPO took to learn a pixel task (``learning_curve.json``)."""
-    fig, axes = plt.subplots(1, 3, figsize=(12, 2.9))
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.2))
     pong = _steps_at(_bench("pong.json"), 8)
     keys = ["dummy", "subproc", "shm"]
     _bars(
@@ -102,7 +121,7 @@ def home(out: Path) -> None:
         [NAMES[k] for k in keys],
         *zip(*[(pong[k].median, pong[k].ci_low, pong[k].ci_high) for k in keys]),
     )
-    axes[0].set_title("Pong, 8 envs: env steps/s", fontsize=10)
+    axes[0].set_title("Pong, 8 envs, SB3 API:\nenv steps/s", fontsize=10)
     peers = _steps_at(_bench("peers_pong8.json"), 8)
     keys = ["envpool", "async", "sync", "shm-vector"]
     _bars(
@@ -110,21 +129,17 @@ def home(out: Path) -> None:
         [NAMES[k] for k in keys],
         *zip(*[(peers[k].median, peers[k].ci_low, peers[k].ci_high) for k in keys]),
     )
-    axes[1].set_title("Pong, 8 envs, Gymnasium API: env steps/s", fontsize=10)
+    axes[1].set_title("Pong, 8 envs, Gymnasium API:\nenv steps/s", fontsize=10)
     labels, med, low, high, threshold = _time_to_threshold()
     _bars(axes[2], labels, med, low, high)
-    axes[2].set_title(f"PPO on MiniGrid pixels: seconds to return {threshold:g}", fontsize=10)
+    axes[2].set_title(f"PPO on MiniGrid pixels:\nseconds to return {threshold:g}", fontsize=10)
     for ax in axes:
         ax.tick_params(labelsize=8)
-    fig.text(
-        0.5,
-        0.01,
-        "2 CPU cores; bars: median, whiskers: 95% CI (steps/s) or range over 5 seeds (seconds)",
-        ha="center",
-        fontsize=8,
-        color="dimgray",
+    caption = (
+        f"2 CPU cores, {_measured('pong.json', 'peers_pong8.json')}; bars: median, whiskers: 95% CI "
+        "(steps/s) or range over 5 seeds (seconds)"
     )
-    _save(fig, out, rect=(0, 0.05, 1, 1))
+    _save(fig, out, caption)
 
 
 # Configurations of benchmarks/policy_loop.py, by what they are (its short names are its own).
@@ -150,7 +165,7 @@ def policy_loop(out: Path) -> None:
     rounds = result["rounds"]
     keys = [k for k in POLICY_LOOP if k in rounds]
     stats = [summarize([r["steps_per_s"] for r in rounds[k]]) for k in keys]
-    fig, ax = plt.subplots(figsize=(8, 3.6))
+    fig, ax = plt.subplots(figsize=(8, 3.9))
     _bars(
         ax,
         [POLICY_LOOP[k] for k in keys],
@@ -160,10 +175,14 @@ def policy_loop(out: Path) -> None:
     )
     policy, env = (float(np.median([x[k] for x in rounds["dummy"]])) for k in ("policy_ms", "env_ms"))
     ideal = stats[0].median / best_case(policy + env, env, result["cpus"])
+    ax.set_ylim(len(keys) - 0.5, -1.4)  # a free row at the top, for the line's label
     ax.axvline(ideal, color="black", linestyle="--", linewidth=1)
-    ax.text(ideal, -0.6, "ideal multi-process VecEnv ", fontsize=8, va="bottom", ha="right")
+    ax.text(ideal, -0.95, "ideal multi-process VecEnv ", fontsize=8, va="center", ha="right")
     ax.set_xlabel(f"env steps/s, median and 95% CI of {result['spec']['rounds']} rounds")
-    ax.set_title("PPO's forward pass + step, SB3's Atari recipe (Pong), 8 envs, 2 CPUs", fontsize=10)
+    # Over the figure, not the axes: the long labels leave the axes too narrow for the title.
+    fig.suptitle(
+        f"PPO's forward pass + step, SB3's Atari recipe (Pong), 8 envs, {result['cpus']} CPUs", fontsize=10
+    )
     _save(fig, out)
 
 
@@ -199,8 +218,9 @@ SCALE = {
 
 def scale(out: Path) -> None:
     """Benchmarks: env steps/s against n_envs for four workloads of the matrix (``matrix.json``)."""
-    cases = _read("matrix.json")["cases"]
-    fig, axes = plt.subplots(1, len(SCALE), figsize=(12, 3))
+    matrix = _read("matrix.json")
+    cases = matrix["cases"]
+    fig, axes = plt.subplots(1, len(SCALE), figsize=(12, 3.2))
     for ax, (workload, title) in zip(axes, SCALE.items()):
         for backend in ("dummy", "subproc", "async", "shm", "shm_wn"):
             rows = sorted(
@@ -224,7 +244,12 @@ def scale(out: Path) -> None:
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("env steps/s (median)", fontsize=8)
     axes[-1].legend(fontsize=7)
-    _save(fig, out)
+    cpu = matrix["machine"]["cpu"]
+    caption = (
+        f"random actions, {cpu['count']} CPUs ({cpu['brand_raw']}), measured {matrix['datetime'][:10]}: "
+        "compare ratios, not steps/s, with figures of other days"
+    )
+    _save(fig, out, caption)
 
 
 def ray_wire(out: Path) -> None:
@@ -324,35 +349,21 @@ def codecs(out: Path) -> None:
     """Codecs and fidelity: size against fidelity for each codec on Atari frames, and its cost
     (``codecs_breakout.json``, written by ``shmvec codecs --json``)."""
     result = _read("codecs_breakout.json")
-    fig, ax = plt.subplots(figsize=(8, 3.6))
+    fig, ax = plt.subplots(figsize=(8, 3.8))
     exact_db = 1 + max((r["psnr_db"] for r in result["reports"] if not r["bit_exact"]), default=50)
+    lossy = [r for r in result["reports"] if not r["bit_exact"]]
     exact = sorted((r for r in result["reports"] if r["bit_exact"]), key=lambda r: r["compression_ratio"])
-    for r in exact:  # all on one line: their names slanted above it
+    for r in lossy + exact:
         size = 20 + 4 * np.sqrt(r["us_per_frame"])
-        ax.scatter(r["compression_ratio"], exact_db, s=size, color=SHM_COLOR, alpha=0.7)
-        name = r["codec"] + (f" {r['params']['backend']}" if r["codec"] == "delta" else "")
-        ax.annotate(
-            name,
-            (r["compression_ratio"], exact_db),
-            fontsize=7,
-            xytext=(0, 6),
-            textcoords="offset points",
-            rotation=35,
+        color = OTHER_COLOR if r in lossy else SHM_COLOR
+        ax.scatter(
+            r["compression_ratio"], r["psnr_db"] if r in lossy else exact_db, s=size, color=color, alpha=0.7
         )
-    for r in (r for r in result["reports"] if not r["bit_exact"]):
-        label = r["codec"] + "".join(f" {k}={v}" for k, v in r["params"].items())
-        size = 20 + 4 * np.sqrt(r["us_per_frame"])
-        ax.scatter(r["compression_ratio"], r["psnr_db"], s=size, color=OTHER_COLOR, alpha=0.7)
-        ax.annotate(
-            label,
-            (r["compression_ratio"], r["psnr_db"]),
-            fontsize=7,
-            xytext=(4, 3),
-            textcoords="offset points",
-        )
-    ax.set_ylim(top=exact_db + 5)
+    ax.set_ylim(top=exact_db + 6)
     ax.axhline(exact_db, color=SHM_COLOR, linewidth=0.5, linestyle=":")
-    ax.text(0.01, exact_db + 1.2, "bit-exact (lossless)", fontsize=8, transform=ax.get_yaxis_transform())
+    ax.text(
+        0.01, exact_db - 0.8, "bit-exact (lossless)", fontsize=8, va="top", transform=ax.get_yaxis_transform()
+    )
     ax.set_xscale("log")
     ax.set_xlabel("compression ratio (raw bytes / encoded bytes), log scale")
     ax.set_ylabel("PSNR, dB (higher: closer)")
@@ -361,6 +372,22 @@ def codecs(out: Path) -> None:
         f"{result['env']}, {result['steps']} frames {shape}: marker area ~ µs per frame", fontsize=10
     )
     ax.grid(alpha=0.3, which="both")
+    fig.tight_layout()  # the axes' final place, before the labels are placed against each other
+    renderer = fig.canvas.get_renderer()
+    placed = []
+    for r in lossy:
+        label = r["codec"] + "".join(f" {k}={v}" for k, v in r["params"].items())
+        note = ax.annotate(
+            label,
+            (r["compression_ratio"], r["psnr_db"]),
+            fontsize=7,
+            xytext=(4, 3),
+            textcoords="offset points",
+        )
+        placed.append(note.get_window_extent(renderer))
+    for r in exact:  # all on one line: each name at the lowest height where it meets no other
+        name = r["codec"] + (f" {r['params']['backend']}" if r["codec"] == "delta" else "")
+        place_above(ax, name, (r["compression_ratio"], exact_db), placed, renderer)
     _save(fig, out)
 
 

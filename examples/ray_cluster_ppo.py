@@ -8,7 +8,8 @@ Each worker (a group of ``n_envs / n_workers`` envs) is a Ray actor, spread over
 CPU of its own (``--num-cpus`` changes how much it reserves); observations come back encoded
 by the lossless ``delta`` codec (about 100 bytes per Atari frame instead of 100 KB), rewards, flags
 and infos with them in the same Ray call. The policy and the PPO update stay in this process. Without
-``--address`` a local Ray is started and shut down at the end, so this also runs on one machine.
+``--address`` a local Ray is started, listening on 127.0.0.1 only, and shut down at the end, so this
+also runs on one machine.
 SB3's ``make_atari_env`` factories import SB3 (and torch) in each actor: a few seconds per actor.
 """
 
@@ -47,16 +48,14 @@ def main() -> None:
     parser.add_argument("--env", default="PongNoFrameskip-v4", help="an Atari id that does not skip frames")
     parser.add_argument("--n-envs", type=int, default=8, help="parallel envs")
     parser.add_argument("--n-workers", type=int, default=2, help="Ray actors (groups of envs)")
-    parser.add_argument("--num-cpus", type=float, default=None, help="CPUs reserved per actor (default 1)")
+    parser.add_argument("--num-cpus", type=float, default=1.0, help="CPUs reserved per actor")
     parser.add_argument("--steps", type=int, default=100_000, help="total env steps")
     parser.add_argument("--seed", type=int, default=0, help="seed of the envs and the algorithm")
     args = parser.parse_args()
 
     if args.address is not None:
         ray.init(address=args.address)  # else ShmVecEnv starts a local Ray and shuts it down on close
-    ray_options: dict = {}
-    if args.num_cpus is not None:
-        ray_options["num_cpus"] = args.num_cpus
+    ray_options = {"num_cpus": args.num_cpus}
     gym.register_envs(ale_py)
     venv = make_atari_env(
         functools.partial(make_game, args.env),

@@ -14,23 +14,35 @@ from gymnasium.error import AlreadyPendingCallError, ClosedEnvironmentError, NoA
 
 
 def install_hint(extra: str) -> str:
-    """How to install one of shmvec's extras, from PyPI and from a clone of the repository:
-    ``pip install "shmvec[ray]" (in a clone: pip install -e ".[ray]")``."""
-    return f'pip install "shmvec[{extra}]" (in a clone: pip install -e ".[{extra}]")'
+    """How to install one of shmvec's extras. shmvec is not on PyPI yet: from a clone of its
+    repository first, ``pip install -e ".[ray]" (in a clone of shmvec; once released: pip install
+    "shmvec[ray]")``."""
+    return f'pip install -e ".[{extra}]" (in a clone of shmvec; once released: pip install "shmvec[{extra}]")'
 
 
-def unpicklable_factory(env_index: int, needed_by: str, way_out: str | None, exc: Exception) -> TypeError:
+def unpicklable_factory(
+    env_index: int, needed_by: str, way_out: str | None, exc: Exception, culprit: str | None = None
+) -> TypeError:
     """The error for an env factory that cannot be pickled: what to do first, then why. Raise it
     ``from None``: the pickler's own traceback (dozens of lines of cloudpickle) buries the advice,
     and its one line that matters is in the message.
 
     :param needed_by: what pickles the factories, e.g. ``"the 'spawn' start method"``.
     :param way_out: how to do without pickling, if there is a way (``"use start_method='fork'"``).
+    :param culprit: what in the factory failed to pickle, when known (``"`LOCK` (a _thread.lock)"``):
+        then the advice is not to capture it, since making the factory a module-level function
+        does not help a function that reads an unpicklable global.
     """
+    way = f" (or {way_out})" if way_out else ""
+    why = f"Pickling it, which {needed_by} needs, failed: {type(exc).__name__}: {exc}"
+    if culprit is not None:
+        return TypeError(
+            f"the factory of env {env_index} refers to {culprit}, which cannot be pickled: do not capture "
+            f"it in the factory, create it inside the factory or the env instead{way}. {why}"
+        )
     return TypeError(
         f"make the factory of env {env_index} picklable: a module-level function, or a "
-        f"functools.partial of one with picklable arguments{f' (or {way_out})' if way_out else ''}. "
-        f"Pickling it, which {needed_by} needs, failed: {type(exc).__name__}: {exc}"
+        f"functools.partial of one with picklable arguments{way}. {why}"
     )
 
 
@@ -45,7 +57,8 @@ def short_traceback(text: str) -> str:
     skipping = False
     for line in text.splitlines(keepends=True):
         if line.startswith('  File "'):
-            skipping = line.replace("\\", "/").split('"')[1].endswith("shmvec/worker.py")
+            path = line.replace("\\", "/").split('"')[1]
+            skipping = "/shmvec/worker/" in path or path.endswith("shmvec/worker.py")
         elif not line.startswith(" "):
             skipping = False
         if not skipping:
@@ -91,23 +104,38 @@ class EnvError(ShmVecEnvError):
     ``close()``. After a failed ``step`` the envs of that worker before the failing one have stepped
     (their results are dropped), the failing one and those after it have not, and the other workers'
     envs have stepped: reset before stepping again. (With ``on_crash="restart"`` an exception in
-    ``step``/``reset`` restarts the worker instead of raising.) The original exception is chained as
-    ``__cause__`` when it could be pickled, and the error is then also an instance of its type
+    ``step``/``reset`` restarts the worker instead of raising.) The original exception is
+    :attr:`original` when it could be pickled, and the error is then also an instance of its type
     (see :meth:`like`): ``except AttributeError`` catches a missing attribute as it would in-process.
+    It is not chained as ``__cause__``: Python would print its message above the error's own, which
+    already says it (a typo in an env id printed gymnasium's message three times).
 
     :param env_index: index of the env that raised (``None`` if the error was not tied to one env).
     :param exc_type: qualified name of the original exception type.
+    :param original: the original exception, rebuilt in this process (None when it could not be
+        pickled).
     :param fields: the worker fields of :class:`ShmVecEnvError`; ``remote_traceback`` is the
         traceback text formatted in the worker.
     """
 
-    def __init__(self, message: str, *, env_index: int | None, exc_type: str, **fields: Any) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        env_index: int | None,
+        exc_type: str,
+        original: BaseException | None = None,
+        **fields: Any,
+    ) -> None:
         super().__init__(message, **fields)
         self.env_index = env_index
         self.exc_type = exc_type
+        self.original = original
 
     def __str__(self) -> str:
-        return f"{self.args[0]}\n\nTraceback in the worker:\n{short_traceback(self.remote_traceback)}"
+        # The worker's frames, without its last line: the exception and message the first line says.
+        frames = _without_exception_line(short_traceback(self.remote_traceback), self.exc_type)
+        return f"{self.args[0]}\n\nTraceback in the worker:\n{frames}"
 
     @classmethod
     def like(cls, kind: type[BaseException] | None) -> type[EnvError]:
@@ -132,6 +160,20 @@ class EnvError(ShmVecEnvError):
 
 
 _COMBINED: dict[type[BaseException], type[EnvError]] = {}
+
+
+def _without_exception_line(text: str, exc_type: str) -> str:
+    """A formatted traceback without its closing ``Type: message`` lines (``exc_type`` qualified,
+    as builtins are not in the text); unchanged if it does not close with them."""
+    lines = text.splitlines(keepends=True)
+    names = (exc_type, exc_type.removeprefix("builtins."))
+    for i in range(len(lines) - 1, -1, -1):
+        line = lines[i]
+        if not line.startswith(" ") and any(line.startswith(n + ":") or line.rstrip() == n for n in names):
+            return "".join(lines[:i])
+        if line.startswith('  File "'):
+            break
+    return text
 
 
 def _rebuild_env_error(kind: type[BaseException] | None, args: tuple, state: dict) -> EnvError:
@@ -183,7 +225,7 @@ class EnvTimeoutError(ShmVecEnvError, TimeoutError):
 class ObservationError(ValueError):
     """An observation does not fit the declared observation space (shape, dtype or missing key).
 
-    Raised inside the worker; it reaches the user as the ``__cause__`` of an :class:`EnvError`.
+    Raised inside the worker; it reaches the user as the ``original`` of an :class:`EnvError`.
     """
 
 

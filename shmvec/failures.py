@@ -7,10 +7,11 @@ One label, ``worker w (pid p, envs a..b)``, and the fields of :class:`shmvec.err
 from __future__ import annotations
 
 import builtins
+import importlib.util
 import signal
 from typing import Any
 
-from shmvec.errors import EnvError, EnvTimeoutError, WorkerCrashedError
+from shmvec.errors import EnvError, EnvTimeoutError, WorkerCrashedError, install_hint
 from shmvec.wire.messages import RemoteError
 
 _MAIN_GUARD_HINT = (
@@ -91,14 +92,49 @@ def env_error(err: RemoteError, w: int, envs: range) -> EnvError:
         "worker_index": w,
         "env_indices": list(envs),
     }
+    hint = missing_env_hint(err.exc_type, err.message)
+    if hint is not None:
+        message = f"{message}\n{hint}"
     original = err.original()
+    fields["original"] = original
     kind = type(original) if original is not None else _builtin(err.exc_type)
     try:
         exc = EnvError.like(kind)(message, **fields)
     except TypeError:  # a constructor the combined class does not accept
         exc = EnvError(message, **fields)
-    exc.__cause__ = original
     return exc
+
+
+def missing_env_hint(exc_type: str, message: str) -> str | None:
+    """For gymnasium's "not found" errors of an ALE game (``ALE/Pong-v5``, ``PongNoFrameskip-v4``):
+    the lines that register ALE's games, which gymnasium's message does not give (it asks whether
+    the package is installed, even when it is). None for other errors."""
+    if exc_type == "gymnasium.error.NamespaceNotFound":
+        is_ale = message.startswith("Namespace ALE ")
+    elif exc_type == "gymnasium.error.NameNotFound" and message.count("`") >= 2:
+        is_ale = _is_atari_name(message.split("`")[1])
+    else:
+        return None
+    if not is_ale:
+        return None
+    if importlib.util.find_spec("ale_py") is None:
+        return f"hint: ALE's games come with ale-py: {install_hint('atari')}, or pip install ale-py"
+    return (
+        "hint: ALE's games are registered by ale-py, which is installed but was not imported where the "
+        'env is made. Add these lines before gym.make (inside the factory with backend="ray", whose '
+        "actors never import your script):\n    import ale_py\n    gym.register_envs(ale_py)"
+    )
+
+
+def _is_atari_name(name: str) -> bool:
+    """Whether ``name`` (``PongNoFrameskip``, ``SpaceInvaders-ram``) is one of ale-py's old ids."""
+    try:
+        from ale_py.roms import get_all_rom_ids
+    except ImportError:
+        return False
+    base = name.split("-")[0].removesuffix("NoFrameskip").removesuffix("Deterministic")
+    snake = "".join(f"_{c.lower()}" if c.isupper() else c for c in base).lstrip("_")
+    return snake in get_all_rom_ids()
 
 
 def _builtin(qualified: str) -> type[BaseException] | None:

@@ -290,8 +290,10 @@ class ShmVectorEnv(PoolMethods, VectorEnv):
         """The results of the step sent by :meth:`step_async`, as :meth:`step` returns them.
 
         :param timeout: seconds to wait at most (None: as long as it takes); past it,
-            ``multiprocessing.TimeoutError`` is raised and the step stays pending (call again), as
-            ``AsyncVectorEnv.step_wait`` does.
+            ``multiprocessing.TimeoutError`` is raised, as ``AsyncVectorEnv.step_wait`` raises it,
+            but the step stays pending: call ``step_wait`` again to collect it. AsyncVectorEnv
+            forgets a step that timed out while its workers still answer it, so that its next
+            call can read that step's late replies as its own; here nothing is lost or mixed up.
         :raises NoPendingCallError: if no step is pending (Gymnasium's ``NoAsyncCallError``).
         """
         engine = self._eng
@@ -331,13 +333,38 @@ class ShmVectorEnv(PoolMethods, VectorEnv):
     def call(self, name: str, /, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
         """``env.get_wrapper_attr(name)(*args, **kwargs)`` of every env, or the attribute's value when
         it is not callable (as SyncVectorEnv). ``name`` is positional-only, so a method's own ``name``
-        keyword reaches the env."""
-        return tuple(
-            self._eng.call(
-                lambda local: m.EnvMethod(local, name, args, kwargs, value_if_attribute=True),
-                range(self.num_envs),
-            )
+        keyword reaches the env. :meth:`call_async` then :meth:`call_wait`.
+
+        :raises PendingCallError: while a step, reset or call is pending (Gymnasium's
+            ``AlreadyPendingCallError``, as AsyncVectorEnv raises it).
+        """
+        self.call_async(name, *args, **kwargs)
+        return self.call_wait()
+
+    def call_async(self, name: str, /, *args: Any, **kwargs: Any) -> None:
+        """Send :meth:`call`'s call to every env and return at once (``AsyncVectorEnv.call_async``);
+        :meth:`call_wait` collects the results.
+
+        :raises PendingCallError: while a step, reset or call is pending.
+        """
+        self._refuse_if_pending("call_async")
+        self._eng.post_call(
+            lambda local: m.EnvMethod(local, name, args, kwargs, value_if_attribute=True),
+            range(self.num_envs),
         )
+
+    def call_wait(self, timeout: float | None = None) -> tuple[Any, ...]:
+        """The results of the call sent by :meth:`call_async`, one per env.
+
+        :param timeout: as for :meth:`step_wait`: past it, ``multiprocessing.TimeoutError``, and the
+            call stays pending (AsyncVectorEnv forgets it).
+        :raises NoPendingCallError: if no call is pending (Gymnasium's ``NoAsyncCallError``).
+        """
+        engine = self._eng
+        engine.check_open()
+        if engine.pending_call() != "call":
+            raise NoPendingCallError.of("call_wait")
+        return tuple(engine.wait_call(timeout))
 
     def get_attr(self, name: str) -> tuple[Any, ...]:
         """``call(name)``: the attribute of every env (called if it is a method, as SyncVectorEnv)."""
@@ -348,7 +375,9 @@ class ShmVectorEnv(PoolMethods, VectorEnv):
         of one value per env.
 
         :raises ValueError: for a list or tuple whose length is not ``num_envs``.
+        :raises PendingCallError: while a step, reset or call is pending.
         """
+        self._refuse_if_pending("set_attr")
         if not isinstance(values, (list, tuple)):
             values = [values] * self.num_envs
         if len(values) != self.num_envs:
@@ -361,15 +390,16 @@ class ShmVectorEnv(PoolMethods, VectorEnv):
 
     def render(self) -> tuple[Any, ...]:
         """``env.render()`` of every env."""
+        self._refuse_if_pending("call_async")  # AsyncVectorEnv renders with call("render")
         return tuple(self._eng.call(m.Render, range(self.num_envs)))
 
     def close(self, **kwargs: Any) -> None:
-        """Stop the workers and free the shared memory. Idempotent; a step or reset still pending
-        (``step_async`` without ``step_wait``) is dropped with a ``UserWarning``, as AsyncVectorEnv
-        does (not in pool mode, where steps in flight are the rule)."""
+        """Stop the workers and free the shared memory. Idempotent; a step, reset or call still
+        pending (``step_async`` without ``step_wait``...) is dropped with a ``UserWarning``, as
+        AsyncVectorEnv warns (not for pool mode's steps, where steps in flight are the rule)."""
         if self._engine is not None:
-            pending = None if self.batch_size < self.num_envs else self._engine.pending_call()
-            if pending is not None:
+            pending = self._engine.pending_call()
+            if pending is not None and (pending == "call" or self.batch_size == self.num_envs):
                 warnings.warn(
                     f"Calling `close` while waiting for a pending call to `{pending}` to complete.",
                     stacklevel=2,

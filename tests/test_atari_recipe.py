@@ -14,7 +14,7 @@ import pytest
 
 from shmvec.atari import check_frame_skip, frames_per_action
 from shmvec.errors import FrameSkipWarning
-from tests.helpers import ROOT
+from tests.helpers import ROOT, run_script
 
 ale_py = pytest.importorskip("ale_py", reason='ALE is not installed (pip install -e ".[atari]")')
 gym.register_envs(ale_py)
@@ -139,3 +139,27 @@ def test_ale_banner_is_quiet_unless_asked_for(keep, shown):
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert ("Arcade Learning Environment" in proc.stdout + proc.stderr) is shown
+
+
+def test_a_ray_actor_keeps_ales_banner_quiet_too(tmp_path):
+    """backend="ray": the actor's own set-up (RayWorker, run here without Ray) quiets the banner
+    before it makes its envs, as a local worker does; Ray would relay one banner per actor."""
+    proc = run_script(
+        tmp_path / "actor.py",
+        """
+        import cloudpickle
+        from shmvec.transports.ray.actor import RayWorker
+
+        def make():
+            import ale_py
+            import gymnasium as gym
+
+            gym.register_envs(ale_py)
+            return gym.make("ALE/Pong-v5")
+
+        worker = RayWorker(cloudpickle.dumps([make]), 0, 1, False)
+        print("started:", type(worker.started).__name__)
+        """,
+    )
+    assert proc.returncode == 0 and "started: Ready" in proc.stdout, proc.stderr[-2000:]
+    assert "Arcade Learning Environment" not in proc.stdout + proc.stderr

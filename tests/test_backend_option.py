@@ -54,8 +54,9 @@ def test_unpicklable_factory_on_ray_names_the_backend(tmp_path):
     )
     out = proc.stdout
     expected = (
-        "error: make the factory of env 1 picklable: a module-level function, or a functools.partial of "
-        'one with picklable arguments. Pickling it, which backend="ray" needs, failed: TypeError:'
+        "error: the factory of env 1 refers to `lock` (a _thread.lock), which cannot be pickled: do not "
+        "capture it in the factory, create it inside the factory or the env instead. Pickling it, which "
+        'backend="ray" needs, failed: TypeError:'
     )
     assert expected in out, out + proc.stderr[-2000:]
     assert "start method" not in out and "start_method" not in out, out
@@ -101,7 +102,9 @@ def test_ray_backend_without_ray_says_what_to_install(tmp_path):
                 print("error:", exc)
         """,
     )
-    assert 'error: backend="ray" needs Ray: pip install "shmvec[ray]"' in proc.stdout, proc.stderr[-2000:]
+    assert 'error: backend="ray" needs Ray: pip install -e ".[ray]" (in a clone of shmvec' in proc.stdout, (
+        proc.stderr[-2000:]
+    )
 
 
 def test_ray_wire_default_is_delta_with_zstd_for_frames_and_raw_for_small_leaves():

@@ -15,6 +15,7 @@ import pytest
 
 from shmvec.bench.backends import backend_names, make_vec_env, takes_workers
 from shmvec.bench.envs import env_factory
+from shmvec.errors import install_hint
 from tests.helpers import assert_obs_equal
 
 TINY = "tests.envs:make_small_synthetic"
@@ -114,7 +115,7 @@ def _needs_envpool() -> None:
     if os.environ.get("SHMVEC_REQUIRE_ENVPOOL") == "1":
         import envpool  # noqa: F401  # CI's envpool step: missing is a failure, not a skip
     else:
-        pytest.importorskip("envpool")
+        pytest.importorskip("envpool", reason=f"EnvPool is not installed: {install_hint('envpool')}")
 
 
 def test_envpool_backend_runs_pong_with_those_settings():

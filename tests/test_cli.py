@@ -51,10 +51,8 @@ def test_codecs_says_what_the_extra_adds(capsys, monkeypatch):
     assert "not installed" not in capsys.readouterr().out  # the user chose: no note
     assert main(["codecs", "--env", "tests.envs:make_small_synthetic", "--steps", "4"]) == 0
     out = capsys.readouterr().out
-    expected = (
-        'not installed here: lz4, zstd, delta. pip install "shmvec[codecs]" (in a clone: pip install -e '
-    )
-    assert expected + '".[codecs]") adds them' in out
+    expected = 'not installed here: lz4, zstd, delta. pip install -e ".[codecs]" (in a clone of shmvec; once '
+    assert expected + 'released: pip install "shmvec[codecs]") adds them' in out
 
 
 def test_start_method_choices():

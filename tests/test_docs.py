@@ -119,6 +119,8 @@ def test_snippet_runs(key, tmp_path):
         [sys.executable, str(script)], capture_output=True, text=True, timeout=600, cwd=tmp_path
     )
     assert proc.returncode == 0, f"{key} failed:\n{proc.stderr[-3000:]}"
+    if key == "README.md:0":  # the quickstart: a newcomer must see that it worked
+        assert proc.stdout.strip(), "the README's quickstart ran and printed nothing"
 
 
 def test_version_is_semantic_and_in_the_changelog():
@@ -140,3 +142,13 @@ def test_benchmarks_page_lists_the_registered_backends():
     assert describe_backends() in subprocess.run(
         [sys.executable, "-m", "shmvec", "bench", "--help"], capture_output=True, text=True, timeout=60
     ).stdout.replace("\r", "")
+
+
+def test_user_pages_talk_to_users_not_about_the_project_s_issues():
+    # "the issue's target", "the engine of issue 23": the tracker is ours, not the reader's. The
+    # changelog may name issues.
+    for page in PAGES:
+        if page.name == "changelog.md":
+            continue
+        found = re.findall(r"[^.\n]*\bissue(?:'s|s)?\b(?:\s+\d+|\s+target)?[^.\n]*", page.read_text(), re.I)
+        assert not found, f"{page.relative_to(ROOT)}: {found}"

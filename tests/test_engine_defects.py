@@ -174,7 +174,7 @@ def test_codec_with_check_finite(no_leaks):
         env.step(np.zeros(2, np.int64))
         with pytest.raises(EnvError, match=r"env 1, key 'free': observation contains NaN") as info:
             env.step(np.zeros(2, np.int64))
-        assert isinstance(info.value.__cause__, ObservationError)
+        assert isinstance(info.value.original, ObservationError)
 
 
 def test_env_error_is_an_instance_of_the_original_type(no_leaks):

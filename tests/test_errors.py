@@ -48,7 +48,9 @@ def test_unpicklable_factory_message(no_leaks):
         return IMAGE()
 
     with pytest.raises(
-        TypeError, match=r"^make the factory of env 1 picklable.*start_method='fork'.*'spawn'"
+        TypeError,
+        match=r"^the factory of env 1 refers to `lock` \(a _thread.lock\), which cannot be pickled: do not "
+        r"capture it.*start_method='fork'.*'spawn'",
     ):
         ShmVecEnv([IMAGE, make], "spawn")
 
@@ -91,7 +93,7 @@ def test_observation_that_does_not_fit(no_leaks, bad, message):
         env.reset()
         with pytest.raises(EnvError, match=message) as info:
             env.step(np.zeros(2, np.int64))
-        assert isinstance(info.value.__cause__, ObservationError)
+        assert isinstance(info.value.original, ObservationError)
 
 
 def test_get_attr_missing_and_has_attr(no_leaks):
@@ -266,7 +268,7 @@ def test_check_finite(no_leaks, key, value, end, message):
         env.step(np.zeros(2, np.int64))
         with pytest.raises(EnvError, match=message) as info:
             env.step(np.zeros(2, np.int64))
-        assert isinstance(info.value.__cause__, ObservationError) and info.value.env_index == 1
+        assert isinstance(info.value.original, ObservationError) and info.value.env_index == 1
 
 
 def test_inf_allowed_in_unbounded_box_and_check_off_by_default(no_leaks):

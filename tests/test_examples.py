@@ -78,3 +78,17 @@ def test_every_example_says_what_it_does_in_whole_sentences():
         first_paragraph = ast.get_docstring(ast.parse(text)).split("\n\n")[0]
         assert first_paragraph.rstrip().endswith("."), f"{path.name}: {first_paragraph!r}"
         assert 'description=__doc__.split("\\n\\n")[0]' in text, f"{path.name}: --help shows less"
+
+
+def test_no_example_help_says_its_default_twice():
+    # argparse's ArgumentDefaultsHelpFormatter appends "(default: X)" to every help text: one that
+    # says its own default read "(default 1) (default: None)".
+    for path in sorted((ROOT / "examples").glob("*.py")):
+        text = path.read_text()
+        if "ArgumentDefaultsHelpFormatter" not in text:
+            continue
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "add_argument":
+                help_text = next((k.value for k in node.keywords if k.arg == "help"), None)
+                if isinstance(help_text, ast.Constant) and isinstance(help_text.value, str):
+                    assert "default" not in help_text.value.lower(), f"{path.name}: {help_text.value!r}"

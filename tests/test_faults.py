@@ -87,7 +87,7 @@ def test_exception_in_step_raises_env_error(no_leaks):
             env.step(ACTIONS)
         assert info.value.env_index == 3 and info.value.command == "step"
         assert "misbehave" in info.value.remote_traceback
-        assert isinstance(info.value.__cause__, RuntimeError)
+        assert isinstance(info.value.original, RuntimeError)
         env.reset()  # usable again after a reset
         env.step(ACTIONS)
 

@@ -127,7 +127,7 @@ def test_exception_in_worker_keeps_env_usable(no_leaks):
             env.env_method("fail", "nope", indices=[2])
         assert info.value.env_index == 2
         assert "tests/envs.py" in info.value.remote_traceback
-        assert isinstance(info.value.__cause__, ValueError)
+        assert isinstance(info.value.original, ValueError)
         env.reset()
         assert len(env.get_attr("t")) == 3
 

@@ -132,7 +132,7 @@ def test_check_finite_sees_what_step_into_wrote(no_leaks):
         with pytest.raises(EnvError) as info:
             for _ in range(5):
                 env.step(np.array([0]))
-        assert isinstance(info.value.__cause__, ObservationError) and "NaN" in str(info.value)
+        assert isinstance(info.value.original, ObservationError) and "NaN" in str(info.value)
 
 
 @pytest.mark.parametrize(

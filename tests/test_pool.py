@@ -320,7 +320,9 @@ def test_refused_calls(no_leaks):
             env.step(np.zeros(4, np.int64))
         with pytest.raises(ValueError, match="env 0's previous step was not received yet"):
             env.send(np.zeros(2, np.int64), [0, 1])
-        with pytest.raises(RuntimeError, match=r"call\(\) called while envs are stepping"):
+        with pytest.raises(
+            PendingCallError, match="Calling `call_async` while waiting for a pending call to `reset`"
+        ):
             env.get_attr("steps")
         *_, infos = env.recv()
         ids = infos["env_id"]

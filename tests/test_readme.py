@@ -41,3 +41,22 @@ def test_python_m_shmvec_help():
         [sys.executable, "-m", "shmvec", "--help"], capture_output=True, text=True, timeout=60
     )
     assert out.returncode == 0 and "bench" in out.stdout
+
+
+def test_readme_says_how_long_each_command_takes():
+    """Each set-up command is introduced by how long it runs (minutes), so that a newcomer knows
+    whether to wait."""
+    text = (ROOT / "README.md").read_text()
+    for command in _setup_commands():
+        before = text[: text.index(command)].removesuffix("```bash\n").rstrip().rsplit("\n\n", 1)[-1]
+        assert re.search(r"\d+ minutes", before), f"nothing says how long this takes:\n{before}\n{command}"
+
+
+def test_install_prose_says_where_the_cpu_build_of_pytorch_comes_from():
+    """``torch==2.13.0`` from PyPI is PyTorch's CUDA build (several GB of NVIDIA libraries): the pages
+    that install it say how to get the CPU build instead, and do not claim the pin avoids CUDA."""
+    for page in (ROOT / "README.md", ROOT / "docs" / "getting-started.md"):
+        text = " ".join(page.read_text().split())
+        assert "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu" in text, page.name
+        assert "does not pull a CUDA build" not in text, page.name
+        assert "NVIDIA GPU" in text, page.name

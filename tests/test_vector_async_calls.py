@@ -1,11 +1,14 @@
 """The AsyncVectorEnv calls migrating code uses: ``reset_async``/``reset_wait`` and
-``step_async``/``step_wait(timeout=...)``, against SyncVectorEnv, with Gymnasium's timeout error."""
+``step_async``/``step_wait(timeout=...)``, against SyncVectorEnv, with Gymnasium's timeout error;
+``call_async``/``call_wait`` and the errors of calls made while another is pending, against
+AsyncVectorEnv itself on the same envs."""
 
 from __future__ import annotations
 
 import functools
 import multiprocessing
 import re
+import time
 import warnings
 from contextlib import closing
 
@@ -133,3 +136,111 @@ def test_an_env_raising_in_reset_leaves_nothing_pending(no_leaks, face):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         env.close()
+
+
+class CallEnv(FaultyEnv):
+    """FaultyEnv with a method that takes arguments and time."""
+
+    def scaled(self, factor: int, *, offset: int = 0, delay: float = 0.0) -> tuple[int, int]:
+        time.sleep(delay)
+        return self.steps * factor + offset, self.resets
+
+
+CALL_FNS = [CallEnv] * 4
+# AsyncVectorEnv(shared_memory=False) below: its calls are the same, and multiprocessing's shared
+# heap, once made, stays mapped (a descriptor that no_leaks would count).
+
+
+def test_call_async_and_call_wait_equal_async_vector_env(no_leaks):
+    """Methods with arguments, attributes and the synchronous call, after the same steps: the same
+    tuples as AsyncVectorEnv's."""
+    want = gym.vector.AsyncVectorEnv(CALL_FNS, context="fork", shared_memory=False)
+    with closing(ShmVectorEnv(CALL_FNS, start_method="fork", n_workers=2)) as env, closing(want):
+        for venv in (env, want):
+            venv.reset(seed=5)
+            for t in range(3):
+                venv.step(np.array([t % 3] * 4))
+        for name, args, kwargs in [
+            ("scaled", (3,), {"offset": 2}),
+            ("steps", (), {}),
+            ("np_random_seed", (), {}),
+        ]:
+            env.call_async(name, *args, **kwargs)
+            want.call_async(name, *args, **kwargs)
+            got, exp = env.call_wait(timeout=30), want.call_wait(timeout=30)
+            assert isinstance(got, tuple) and got == exp, name
+        assert env.call("scaled", 2) == want.call("scaled", 2)
+
+
+def test_call_wait_timeout_leaves_the_call_pending(no_leaks):
+    """Past ``timeout`` the call is still in flight (AsyncVectorEnv would forget it): other calls are
+    refused, a later call_wait collects it, and the env works on."""
+    with closing(ShmVectorEnv(CALL_FNS[:2], start_method="fork", n_workers=2)) as env:
+        env.reset(seed=0)
+        env.call_async("scaled", 1, delay=0.5)
+        with pytest.raises(multiprocessing.TimeoutError):
+            env.call_wait(timeout=0.01)
+        with pytest.raises(
+            AlreadyPendingCallError, match="Calling `step_async` while waiting for a pending call to `call`"
+        ):
+            env.step_async(np.zeros(2, np.int64))
+        with pytest.raises(
+            AlreadyPendingCallError, match="Calling `reset` while waiting for a pending call to `call`"
+        ):
+            env.reset()
+        assert env.call_wait(timeout=30) == ((0, 1), (0, 1))
+        env.step(np.zeros(2, np.int64))
+        assert env.get_attr("steps") == (1, 1) and env.n_restarts == 0
+        env.call_async("scaled", 1, delay=0.2)
+        with pytest.warns(
+            UserWarning, match=re.escape("Calling `close` while waiting for a pending call to `call`")
+        ):
+            env.close()
+
+
+def _first_call(venv: gym.vector.VectorEnv, pending: str) -> None:
+    """Leave a ``pending`` call (step, reset, call) in flight."""
+    if pending == "step":
+        venv.step_async(np.zeros(4, np.int64))
+    elif pending == "reset":
+        venv.reset_async(seed=1)
+    else:
+        venv.call_async("steps")
+
+
+SECOND_CALLS = {
+    "step_async": lambda v: v.step_async(np.zeros(4, np.int64)),
+    "reset_async": lambda v: v.reset_async(),
+    "call_async": lambda v: v.call_async("steps"),
+    "call": lambda v: v.call("steps"),
+    "get_attr": lambda v: v.get_attr("steps"),
+    "set_attr": lambda v: v.set_attr("t", 0),
+    "render": lambda v: v.render(),
+}
+
+
+@pytest.mark.parametrize("pending", ["step", "reset", "call"])
+def test_calls_while_one_is_pending_raise_what_async_vector_env_raises(no_leaks, pending):
+    """Every call AsyncVectorEnv refuses while a step, reset or call is pending: the same error type
+    (Gymnasium's AlreadyPendingCallError), the same text up to shmvec's advice, the same ``name``;
+    then the pending call still completes, and ``call_wait`` with nothing pending is refused alike."""
+    want = gym.vector.AsyncVectorEnv(CALL_FNS, context="fork", shared_memory=False)
+    with closing(ShmVectorEnv(CALL_FNS, start_method="fork", n_workers=2)) as env, closing(want):
+        for venv in (env, want):
+            venv.reset(seed=0)
+            _first_call(venv, pending)
+        for call, make_call in SECOND_CALLS.items():
+            errors = []
+            for venv in (env, want):
+                with pytest.raises(AlreadyPendingCallError) as e:
+                    make_call(venv)
+                errors.append(e.value)
+            got, exp = errors
+            assert str(got).startswith(str(exp).rstrip(".")), (call, str(got), str(exp))
+            assert got.name == exp.name == pending, call
+        for venv in (env, want):
+            getattr(venv, f"{pending}_wait")(timeout=30)
+            with pytest.raises(NoAsyncCallError) as e:
+                venv.call_wait()
+            errors.append(str(e.value))
+        assert errors[-2] == errors[-1] == "Calling `call_wait` without any prior call to `call_async`."

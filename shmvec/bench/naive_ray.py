@@ -51,7 +51,9 @@ class NaiveRayVecEnv:
         self._ray = ray
         self._owns_ray = not ray.is_initialized()
         if self._owns_ray:
-            ray.init(include_dashboard=False)
+            from shmvec.transports.ray.connection import start_local
+
+            start_local()  # as the Ray backend starts it: loopback only
         actor: Any = ray.remote(_EnvActor).options(**(ray_options or {}))
         self.actors: list[Any] = [actor.remote(cloudpickle.dumps(fn)) for fn in env_fns]
         self.num_envs = len(env_fns)

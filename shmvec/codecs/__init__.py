@@ -83,8 +83,8 @@ def get(name: str, **params: Any) -> Codec:
     if not _installed(name):
         # shmvec.errors.install_hint's words: the codecs import nothing else of shmvec.
         raise ValueError(
-            f'codec {name!r} needs a library that is not installed: pip install "shmvec[codecs]" '
-            '(in a clone: pip install -e ".[codecs]")'
+            f'codec {name!r} needs a library that is not installed: pip install -e ".[codecs]" '
+            '(in a clone of shmvec; once released: pip install "shmvec[codecs]")'
         )
     return _load(name)(**params)
 

@@ -23,6 +23,7 @@ import numpy as np
 from shmvec.device import HostTensors
 from shmvec.engine import startup
 from shmvec.engine.batch import Batch
+from shmvec.engine.calls import CallInFlight
 from shmvec.engine.faults import Phase, Verdict, judge
 from shmvec.engine.flights import FIRST_READY, Flights, check_count
 from shmvec.engine.groups import by_worker, split_envs, usable_cpus
@@ -31,7 +32,7 @@ from shmvec.engine.reading import BatchReader
 from shmvec.engine.recovery import NOTHING_ENDED, Recovery
 from shmvec.engine.slots import Slots
 from shmvec.engine.supervisor import Supervisor
-from shmvec.errors import ClosedError
+from shmvec.errors import ClosedError, PendingCallError
 from shmvec.openmp import PolicyThreads
 from shmvec.transports.base import Outcome, Transport
 from shmvec.wire import messages as m
@@ -65,6 +66,7 @@ class Engine:
         self.closed = True  # until start-up succeeds, close() has nothing of ours to do
         self.closed_by_close = False  # close() was called while open (else a failure closed it)
         self._openmp: PolicyThreads | None = None
+        self.in_call: CallInFlight | None = None  # an env call posted and not collected (call_async)
         self.device: HostTensors | None = None  # options.device's converter (shmvec.device), for the faces
         self.owner, self.options = owner, options
         self.num_envs = n_envs
@@ -153,9 +155,16 @@ class Engine:
         return not self.closed and not self.flights.idle
 
     def pending_call(self) -> str | None:
-        """``"reset"`` or ``"step"``: what was sent and not received yet (a reset when any worker's
-        command is one), None when nothing is."""
+        """``"call"``, ``"reset"`` or ``"step"``: what was sent and not received yet (a reset when any
+        worker's command is one), None when nothing is."""
+        if self.in_call is not None and not self.closed:
+            return "call"
         return self.flights.pending_call() if self.waiting else None
+
+    def refuse_during_call(self, call: str) -> None:
+        """:raises PendingCallError: while an env call is pending (its replies come first)."""
+        if self.in_call is not None:
+            raise PendingCallError.of(call, "call")
 
     def carry_out(self, verdict: Verdict, phase: Phase) -> list[int]:
         """Do what the fault policy said: close and raise, or rebuild workers (restart mode; their
@@ -176,27 +185,45 @@ class Engine:
 
     def call(self, command: Callable[[list[int]], m.Command], indices: Sequence[int]) -> list[Any]:
         """Run an env call on envs ``indices`` (``command(local indices)`` builds each worker's
-        message); one result per index.
+        message); one result per index. :meth:`post_call` then :meth:`wait_call`."""
+        self.post_call(command, indices)
+        return self.wait_call()
 
-        :raises RuntimeError: while steps are in flight (their replies would be read as this call's).
+    def post_call(self, command: Callable[[list[int]], m.Command], indices: Sequence[int]) -> None:
+        """Send an env call to the workers of envs ``indices`` without waiting; :meth:`wait_call`
+        collects it, and until then :meth:`pending_call` says ``"call"``.
+
+        :raises RuntimeError: while steps are in flight (their replies would be read as this call's)
+            or another call is.
         """
         self.check_open()
         flights = self.flights
-        if flights.busy or flights.pending:
+        if flights.busy or flights.pending or self.in_call is not None:
             name = command([]).label.split(":")[0]
             raise RuntimeError(
-                f"{name}() called while envs are stepping (workers {sorted(flights.busy)}): receive them "
-                "first (step_wait() or recv()), or reset()"
+                f"{name}() called while envs are stepping (workers {sorted(flights.busy)}) or an env call "
+                "is pending: receive them first (step_wait(), recv() or call_wait()), or reset()"
             )
         plan = by_worker(indices, self.worker_envs)
-        replies = self.ask([w for w, _ in plan], [command(local) for _, (local, _) in plan], Phase.CALL)
-        out: list[Any] = [None] * len(indices)
-        for w, (_, positions) in plan:
-            reply = replies.get(w)
-            values = reply.values if isinstance(reply, m.Returned) and reply.values is not None else ()
-            for pos, value in zip(positions, values):
-                out[pos] = value
-        return out
+        faults = self.transport.post([w for w, _ in plan], [command(local) for _, (local, _) in plan])
+        self.in_call = CallInFlight(plan, len(indices), faults)
+
+    def wait_call(self, limit: float | None = None) -> list[Any]:
+        """The results of the call :meth:`post_call` sent, one per env, in the order asked.
+
+        :param limit: seconds to wait at most (None: as long as it takes); past it,
+            ``multiprocessing.TimeoutError`` is raised and the call stays pending.
+        """
+        self.check_open()
+        call = self.in_call
+        assert call is not None, "no env call pending"
+        if call.waiting:
+            call.add(self.transport.wait(call.waiting, len(call.waiting), limit))
+        if call.waiting:
+            raise multiprocessing.TimeoutError(f"the env call's replies did not arrive within {limit:g} s")
+        self.in_call = None
+        self.carry_out(judge(call.outcome, self.restart, Phase.CALL, self.worker_envs), Phase.CALL)
+        return call.values()
 
     def ask(self, workers: Sequence[int], commands: m.Command | Sequence[m.Command], phase: Phase) -> dict:
         """Send one command to each of ``workers``, wait for all of them and carry out the verdict;
@@ -219,6 +246,7 @@ class Engine:
         :raises RuntimeError: ``env_ids=None`` while steps are in flight.
         """
         self.check_open()
+        self.refuse_during_call("send")
         flights, ring = self.flights, self.ring
         if env_ids is not None:
             workers, per_worker = flights.stage(flights.check_ids(env_ids), actions, ring)
@@ -398,6 +426,7 @@ class Engine:
         """Drop what is in flight, then post a reset to every worker: into one slot (``whole``; its
         number is returned) or each into its own next slot."""
         self.check_open()
+        self.refuse_during_call("reset")
         self.drain()
         self.supervisor.note_seeds(seeds)
         slot = self.slots.advance_all() if whole else -1

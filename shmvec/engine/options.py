@@ -177,8 +177,8 @@ class Options:
     ``"ray"``: each worker is a Ray actor, on any node of a Ray cluster (the running Ray connection,
     else a local Ray started here and shut down on ``close()``); observations travel encoded by
     ``codec`` (default None here means the lossless ``delta`` codec for leaves of 1 KiB or more;
-    ``codec="raw"`` sends them as they are). ``pip install "shmvec[ray]"``; see the guide "Workers on
-    a Ray cluster"."""
+    ``codec="raw"`` sends them as they are). Needs Ray: ``pip install -e ".[ray]"`` in a clone of
+    shmvec; see the guide "Workers on a Ray cluster"."""
     ray_options: Mapping[str, Any] | None = None
     """``backend="ray"`` only: options of every actor, as for ``ray.remote(...).options(...)``:
     ``num_cpus``, ``num_gpus``, ``memory``, ``resources``, ``scheduling_strategy``,

@@ -13,6 +13,9 @@ fault policy (:mod:`shmvec.engine.faults`) decides what that means.
 
 from __future__ import annotations
 
+import functools
+import inspect
+import types
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -116,4 +119,56 @@ def pickle_factories(
                 exc = fn_exc
                 first += i
                 break
-        raise unpicklable_factory(first, needed_by, way_out, exc) from None
+        raise unpicklable_factory(first, needed_by, way_out, exc, unpicklable_part(fn)) from None
+
+
+def unpicklable_part(fn: Any, depth: int = 3) -> str | None:
+    """What in ``fn`` cannot be pickled, named as the user wrote it: a variable its closure captured,
+    a global it reads, a default or a ``functools.partial`` argument, an attribute of a callable
+    object, followed through functions up to ``depth`` deep (``"`helper`, whose `LOCK` (a
+    _thread.lock)"``); None when no single part is to blame. Only called once pickling has failed."""
+    for name, value in _parts(fn):
+        try:
+            cloudpickle.dumps(value)
+        except Exception:
+            inner = unpicklable_part(value, depth - 1) if depth > 1 else None
+            kind = type(value)
+            own = f"`{name}` (a {kind.__module__}.{kind.__qualname__})".replace("builtins.", "")
+            return own if inner is None else f"`{name}`, whose {inner}"
+    return None
+
+
+def _parts(fn: Any) -> list[tuple[str, Any]]:
+    """The named parts cloudpickle pickles along with ``fn`` (see :func:`unpicklable_part`)."""
+    if isinstance(fn, functools.partial):
+        args = [(f"argument {i} of the partial", a) for i, a in enumerate(fn.args)]
+        return [("func", fn.func), *args, *fn.keywords.items()]
+    if inspect.ismethod(fn):
+        return [("self", fn.__self__), *_parts(fn.__func__)]
+    code = getattr(fn, "__code__", None)
+    if isinstance(code, types.CodeType):
+        cells = [c.cell_contents for c in fn.__closure__ or () if _filled(c)]
+        parts = list(zip(code.co_freevars, cells))
+        scope = getattr(fn, "__globals__", {})
+        parts += [(n, scope[n]) for n in _global_names(code) if n in scope]
+        parts += [(f"a default of {fn.__name__}", d) for d in getattr(fn, "__defaults__", None) or ()]
+        return parts + list((getattr(fn, "__kwdefaults__", None) or {}).items())
+    if not isinstance(fn, type) and hasattr(fn, "__dict__"):
+        return list(vars(fn).items())
+    return []
+
+
+def _global_names(code: types.CodeType) -> list[str]:
+    names = list(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):  # nested functions, comprehensions
+            names += _global_names(const)
+    return names
+
+
+def _filled(cell: Any) -> bool:
+    try:
+        cell.cell_contents  # noqa: B018 - raises for a cell not yet assigned
+    except ValueError:
+        return False
+    return True

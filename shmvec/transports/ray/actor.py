@@ -25,7 +25,7 @@ from shmvec.transports.ray.wire import Packed, PrivateRing, pack
 from shmvec.wire import messages as m
 from shmvec.worker.envapi import unpicklable
 from shmvec.worker.envs import answer, handlers, start_group
-from shmvec.worker.process import limit_threads
+from shmvec.worker.process import limit_threads, quiet_ale_banner
 
 
 class RayWorker:
@@ -38,6 +38,7 @@ class RayWorker:
     """
 
     def __init__(self, env_fns: bytes, first_env: int, n_threads: int | None, isolate_rng: bool) -> None:
+        quiet_ale_banner()  # as in a local worker: one banner per actor, relayed by Ray, buried the output
         limit_threads(n_threads)
         self.pid = os.getpid()
         self.first_env = first_env

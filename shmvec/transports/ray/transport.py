@@ -16,14 +16,14 @@ Faults: an actor that died (``ray.kill``, node lost, out of memory) is a
 hung actor (killed). Start-up waits at most :data:`START_TIMEOUT_S`, or ``timeout`` but at least
 :data:`MIN_START_S` (an actor whose resources the cluster cannot provide is never scheduled).
 
-Connection: the running one when ``ray.is_initialized()``; else a local Ray is started and shut
-down when the last engine that uses it closes (:func:`connect`, :func:`disconnect`).
+Connection: the running one when ``ray.is_initialized()``; else a local Ray, on loopback only, is
+started and shut down when the last engine that uses it closes
+(:mod:`shmvec.transports.ray.connection`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import logging
 import math
 import pickle
 import time
@@ -43,6 +43,7 @@ from shmvec.errors import WorkerCrashedError
 from shmvec.failures import timeout_error, worker_label
 from shmvec.transports.base import Fault, Outcome, pickle_factories
 from shmvec.transports.ray.actor import RayWorker
+from shmvec.transports.ray.connection import connect, disconnect
 from shmvec.transports.ray.placement import Placement, placement_for
 from shmvec.transports.ray.wire import unpack
 from shmvec.wire import messages as m
@@ -60,31 +61,6 @@ CLOSE_GRACE_S = 5.0
 # Ray's own actor restarts would bring back an actor without its envs' state: shmvec restarts
 # workers itself (on_crash="restart"). The user's ray_options may override these.
 _DEFAULT_OPTIONS = {"max_restarts": 0, "max_task_retries": 0}
-
-_owned_users = 0  # engines using a Ray connection that shmvec started
-
-
-def connect() -> bool:
-    """Use the running Ray connection, or start a local Ray; True when shmvec started it."""
-    global _owned_users
-    if ray.is_initialized():
-        if _owned_users:
-            _owned_users += 1
-            return True
-        return False
-    ray.init(include_dashboard=False, logging_level=logging.WARNING)
-    _owned_users = 1
-    return True
-
-
-def disconnect() -> None:
-    """One engine on a connection shmvec started is done: shut Ray down after the last one."""
-    global _owned_users
-    _owned_users -= 1
-    if _owned_users <= 0:
-        _owned_users = 0
-        if ray.is_initialized():
-            ray.shutdown()
 
 
 class RayResources:
@@ -358,4 +334,4 @@ class RayTransport:
         return Fault(w, error.args[0], error)
 
 
-__all__ = ["RayResources", "RayTransport", "connect", "disconnect"]
+__all__ = ["RayResources", "RayTransport"]
