@@ -111,17 +111,14 @@ def _time_to_threshold() -> tuple[list[str], list[float], list[float], list[floa
 
 
 def home(out: Path) -> None:
-    """Home page and README: env steps/s on Pong against SB3's VecEnvs (``pong.json``) and EnvPool
-    (``peers_pong8.json``), and the time PPO took to learn a pixel task (``learning_curve.json``)."""
-    fig, axes = plt.subplots(1, 3, figsize=(12, 3.2))
-    pong = _steps_at(_bench("pong.json"), 8)
-    keys = ["dummy", "subproc", "shm"]
-    _bars(
-        axes[0],
-        [NAMES[k] for k in keys],
-        *zip(*[(pong[k].median, pong[k].ci_low, pong[k].ci_high) for k in keys]),
-    )
-    axes[0].set_title("Pong, 8 envs, SB3 API:\nenv steps/s", fontsize=10)
+    """Home page and README: env steps/s of SB3's Atari recipe on Pong (``atari.json``), of Pong on
+    Gymnasium's API against EnvPool (``peers_pong8.json``), and the time PPO took to learn a pixel
+    task (``learning_curve.json``)."""
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.4))
+    recipe = _atari_medians(_read("atari.json"), "pong", 8, "steps_per_s")
+    keys = ["dummy", "subproc", "envpool", "ale-vec", "shm-stack"]
+    _bars(axes[0], [ATARI_NAMES[k] for k in keys], *zip(*[recipe[k] for k in keys]))
+    axes[0].set_title("SB3's Atari recipe, Pong, 8 envs:\nenv steps/s", fontsize=10)
     peers = _steps_at(_bench("peers_pong8.json"), 8)
     keys = ["envpool", "async", "sync", "shm-vector"]
     _bars(
@@ -129,15 +126,83 @@ def home(out: Path) -> None:
         [NAMES[k] for k in keys],
         *zip(*[(peers[k].median, peers[k].ci_low, peers[k].ci_high) for k in keys]),
     )
-    axes[1].set_title("Pong, 8 envs, Gymnasium API:\nenv steps/s", fontsize=10)
+    axes[1].set_title("Pong raw frames, 8 envs, Gymnasium API:\nenv steps/s", fontsize=10)
     labels, med, low, high, threshold = _time_to_threshold()
     _bars(axes[2], labels, med, low, high)
     axes[2].set_title(f"PPO on MiniGrid pixels:\nseconds to return {threshold:g}", fontsize=10)
     for ax in axes:
         ax.tick_params(labelsize=8)
     caption = (
-        f"2 CPU cores, {_measured('pong.json', 'peers_pong8.json')}; bars: median, whiskers: 95% CI "
-        "(steps/s) or range over 5 seeds (seconds)"
+        f"2 CPU cores; Atari recipe measured {_read('atari.json')['started'][:10]}, "
+        f"Gymnasium API {_measured('peers_pong8.json')[9:]}; bars: median, whiskers: range over rounds "
+        "or 95% CI (Gymnasium API) or range over 5 seeds (seconds)"
+    )
+    _save(fig, out, caption)
+
+
+# Configurations of benchmarks/atari.py, by what they are.
+ATARI_NAMES = {
+    "ale-vec": "ALE AtariVectorEnv",
+    "ale-vec-async": "ALE AtariVectorEnv, async",
+    "envpool": "EnvPool",
+    "shm-stack": "ShmVecEnv(frame_stack=4)",
+    "shm": "ShmVecEnv + VecFrameStack",
+    "shm-wrappers": "ShmVecEnv, native_step=False",
+    "dummy": "DummyVecEnv",
+    "subproc": "SubprocVecEnv",
+    "floor": "emulator alone",
+}
+
+
+# Peers in colours of their own (matplotlib's first default colour is shmvec's blue).
+ATARI_STYLES: dict[str, dict[str, Any]] = {
+    "shm": {"color": SHM_COLOR, "linestyle": "--"},
+    "ale-vec": {"color": "tab:orange"},
+    "ale-vec-async": {"color": "tab:brown"},
+    "envpool": {"color": "tab:green"},
+    "subproc": {"color": "tab:red"},
+    "dummy": {"color": "tab:purple"},
+    "floor": {"color": "black", "linestyle": ":"},
+}
+
+
+def _atari_medians(result: Any, game: str, n: int, key: str) -> dict[str, tuple[float, float, float]]:
+    """Per configuration of benchmarks/atari.py: median, min and max of ``key`` over the rounds."""
+    table = next(t for t in result["tables"] if t["game"] == game and t["n"] == n)
+    out = {}
+    for config, runs in table["rows"].items():
+        values = [r[key] for r in runs]
+        out[config] = (statistics.median(values), min(values), max(values))
+    return out
+
+
+def atari(out: Path) -> None:
+    """Atari at the emulator's speed: env steps/s and CPU per env step of SB3's Atari recipe on Pong
+    against the number of envs, for each VecEnv and the emulator alone (``atari.json``)."""
+    result = _read("atari.json")
+    ns = sorted({t["n"] for t in result["tables"] if t["game"] == "pong"})
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+    for config in ("shm-stack", "ale-vec", "ale-vec-async", "envpool", "shm", "subproc", "dummy", "floor"):
+        for ax, key in zip(axes, ("steps_per_s", "cpu_us")):
+            points = [_atari_medians(result, "pong", n, key).get(config) for n in ns]
+            if any(p is None for p in points) or (config == "floor" and key == "steps_per_s"):
+                continue
+            med, low, high = zip(*points)
+            style = ATARI_STYLES.get(config, {"color": SHM_COLOR, "linewidth": 2.5})
+            ax.errorbar(ns, med, yerr=[np.subtract(med, low), np.subtract(high, med)], marker="o",
+                        markersize=4, capsize=3, label=ATARI_NAMES[config], **style)  # fmt: skip
+    axes[0].set_title("Pong, SB3's Atari recipe: env steps/s", fontsize=10)
+    axes[1].set_title("CPU per env step, whole process tree (µs)", fontsize=10)
+    for ax in axes:
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(ns, [str(n) for n in ns])
+        ax.set_xlabel("envs", fontsize=9)
+        ax.grid(alpha=0.3)
+        ax.tick_params(labelsize=8)
+    axes[0].set_ylim(bottom=0)
+    axes[1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
+    caption = (
+        f"2 CPU cores, random actions, measured {result['started'][:10]}; median of 3 rounds, whiskers: range"
     )
     _save(fig, out, caption)
 
@@ -393,6 +458,7 @@ def codecs(out: Path) -> None:
 
 FIGURES: dict[str, Callable[[Path], None]] = {
     "home": home,
+    "atari": atari,
     "policy_loop": policy_loop,
     "ppo_zoo": ppo_zoo,
     "crossover": crossover,
