@@ -366,3 +366,21 @@ GAMES = ["Pong", "Breakout", "SpaceInvaders", "MsPacman", "Seaquest", "Qbert", "
 def test_every_game(no_leaks, tmp_path, game, seed):
     run_sb3(f"{game}NoFrameskip-v4", tmp_path, steps=2500, seed=seed, frame_stack=4 if seed else None,
             env_kwargs={"max_episode_steps": 4000})  # fmt: skip
+
+
+def test_a_game_whose_colours_are_not_the_palette_steps_through_its_wrappers():
+    """The first native step checks the game's screen against the palette: colours that differ (a
+    palette shmvec does not know) turn the path off before any frame was warped with it."""
+    from shmvec.atari.sb3 import recognise
+
+    env, ref = _sb3_factory("BreakoutNoFrameskip-v4"), _sb3_factory("BreakoutNoFrameskip-v4")
+    native, _ = recognise(env)
+    native.rgb = native.rgb[::-1].copy()  # another palette than the game's
+    env.reset(seed=4), ref.reset(seed=4)
+    out = np.zeros((84, 84, 1), np.uint8)
+    for t in range(40):
+        want = ref.step(t % 4)
+        got = native.step_into(t % 4, out)
+        assert np.array_equal(out, want[0]) and got[1:3] == want[2:4] and got[0] == want[1], t
+    assert native.off is not None and "palette" in native.off
+    env.close(), ref.close()
