@@ -25,7 +25,7 @@ from shmvec import ShmVecEnv
 from shmvec.synthetic import SyntheticImageEnv
 from tests.envs import DictImageEnv, GoalEnv, TinyImageEnv
 from tests.helpers import assert_step_equal, require, sample_actions
-from tests.training import ALGOS, assert_moved, assert_same_parameters, parameters
+from tests.training import ALGOS, assert_same_parameters, assert_trains_as_dummy, parameters
 
 FORK = functools.partial(ShmVecEnv, start_method="fork")
 
@@ -130,20 +130,26 @@ def test_training_changes_parameters_and_ppo_copy_false_matches(no_leaks):
     """Guard for the equivalence tests: training moves the parameters, so equality means something;
     and PPO trained on zero-copy views (copy=False) ends with DummyVecEnv's parameters, bit for bit."""
     torch.set_num_threads(1)
-    kwargs = dict(policy="CnnPolicy", n_steps=32, batch_size=64, n_epochs=1)
-    runs = []
-    for cls, vec_env_kwargs in ((DummyVecEnv, None), (ShmVecEnv, {"start_method": "fork", "copy": False})):
-        venv = make_vec_env(TinyImageEnv, n_envs=2, seed=3, vec_env_cls=cls, vec_env_kwargs=vec_env_kwargs)
-        try:
-            model = PPO(policy_kwargs={"net_arch": [16]}, env=venv, seed=3, device="cpu", **kwargs)
-            before = parameters(model)
-            model.learn(64)
-            runs.append((before, parameters(model)))
-        finally:
-            venv.close()
-    (_, want), (before, got) = runs
-    assert_moved(before, got)
-    assert_same_parameters(got, want)
+
+    def make_venv(reference: bool):
+        cls, kwargs = (
+            (DummyVecEnv, None) if reference else (ShmVecEnv, {"start_method": "fork", "copy": False})
+        )
+        return make_vec_env(TinyImageEnv, n_envs=2, seed=3, vec_env_cls=cls, vec_env_kwargs=kwargs)
+
+    def make_model(venv):
+        return PPO(
+            "CnnPolicy",
+            venv,
+            n_steps=32,
+            batch_size=64,
+            n_epochs=1,
+            policy_kwargs={"net_arch": [16]},
+            seed=3,
+            device="cpu",
+        )
+
+    assert_trains_as_dummy(make_venv, make_model, 64)
 
 
 def test_sac_continuous_and_evaluate_policy(no_leaks):
@@ -174,29 +180,24 @@ def test_her_uses_compute_reward_through_env_method(no_leaks):
     """HER relabels sampled goals with the env's compute_reward, called through env_method: SAC with
     HER ends with DummyVecEnv's parameters bit for bit, which a wrong reward from there would change."""
     torch.set_num_threads(1)
-    runs = []
-    for cls in (DummyVecEnv, FORK):
-        venv = make_vec_env(GoalEnv, n_envs=2, seed=0, vec_env_cls=cls)
-        try:
-            model = SAC(
-                "MultiInputPolicy",
-                venv,
-                replay_buffer_class=HerReplayBuffer,
-                learning_starts=40,
-                batch_size=16,
-                buffer_size=1000,
-                seed=0,
-                device="cpu",
-                policy_kwargs={"net_arch": [8]},
-            )
-            before = parameters(model)
-            model.learn(100)
-            runs.append((before, parameters(model)))
-        finally:
-            venv.close()
-    (_, want), (before, got) = runs
-    assert_moved(before, got)
-    assert_same_parameters(got, want)
+
+    def make_venv(reference: bool):
+        return make_vec_env(GoalEnv, n_envs=2, seed=0, vec_env_cls=DummyVecEnv if reference else FORK)
+
+    def make_model(venv):
+        return SAC(
+            "MultiInputPolicy",
+            venv,
+            replay_buffer_class=HerReplayBuffer,
+            learning_starts=40,
+            batch_size=16,
+            buffer_size=1000,
+            seed=0,
+            device="cpu",
+            policy_kwargs={"net_arch": [8]},
+        )
+
+    assert_trains_as_dummy(make_venv, make_model, 100)
 
 
 def test_make_atari_env(no_leaks):

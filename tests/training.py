@@ -5,7 +5,7 @@ Imports SB3 and torch: for the tests that train, never for the env modules worke
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -34,3 +34,24 @@ def assert_same_parameters(got: Sequence[torch.Tensor], want: Sequence[torch.Ten
 def assert_moved(before: Sequence[torch.Tensor], after: Sequence[torch.Tensor]) -> None:
     """Training changed some parameter: equality with a reference then means something."""
     assert any(not torch.equal(a, b) for a, b in zip(before, after, strict=True)), "training changed nothing"
+
+
+def assert_trains_as_dummy(
+    make_venv: Callable[[bool], Any], make_model: Callable[[Any], Any], steps: int
+) -> None:
+    """Train ``make_model(venv)`` for ``steps`` on ``make_venv(True)`` (the DummyVecEnv reference),
+    then on ``make_venv(False)`` (the VecEnv under test): the training moved the parameters, and both
+    runs end with the same ones, bit for bit."""
+    runs = []
+    for reference in (True, False):
+        venv = make_venv(reference)
+        try:
+            model = make_model(venv)
+            before = parameters(model)
+            model.learn(steps)
+            runs.append((before, parameters(model)))
+        finally:
+            venv.close()
+    (_, want), (before, got) = runs
+    assert_moved(before, got)
+    assert_same_parameters(got, want)
