@@ -347,11 +347,6 @@ def _monitored(fn):
     return Monitor(fn())
 
 
-def _crashing_every(crash_every: int) -> ShmVecEnv:
-    fns = [functools.partial(_monitored, fn) for fn in faulty_fns("kill", at=crash_every)]
-    return ShmVecEnv(fns, "fork", n_workers=2, on_crash="restart", restart_window=None)
-
-
 class _RebuiltEvery(gym.Env):
     """What restart mode makes of an env whose worker dies at the env's ``every``-th step, for
     DummyVecEnv: that step ends the episode as truncated, with reward 0 and the last observation; the
@@ -383,29 +378,32 @@ class _RebuiltEvery(gym.Env):
         return self.last, *rest
 
 
-@pytest.mark.timeout(120)
-def test_ppo_through_a_crashing_env_trains_as_dummy_with_the_same_restarts(no_leaks):
-    """Env 3 is SIGKILLed at its 150th step, so worker 1's envs (2 and 3) are rebuilt: PPO ends with
-    the parameters it gets from DummyVecEnv over envs that end and restart at that step the way restart
-    mode says, bit for bit (terminal observation, truncation, reward 0, the restart seeds)."""
+def _ppo_as_dummy_through_restarts(crash_every: int, steps: int) -> int:
+    """PPO on 4 envs of which env 3 is SIGKILLed at every ``crash_every``-th step of its life, so that
+    worker 1's envs (2 and 3) are rebuilt: it ends with the parameters it gets from DummyVecEnv over
+    envs that end and restart at those steps the way restart mode says, bit for bit (terminal
+    observation, truncation, reward 0, the restart seeds). Returns the restarts."""
     from stable_baselines3.common.vec_env import DummyVecEnv
 
     from tests.training import assert_same_parameters
 
-    venv = _crashing_every(150)
-    got = _ppo(venv, 1024)
-    assert venv.n_restarts == 1024 // N_ENVS // 150
+    fns = [functools.partial(_monitored, fn) for fn in faulty_fns("kill", at=crash_every)]
+    venv = ShmVecEnv(fns, "fork", n_workers=2, on_crash="restart", restart_window=None)
+    got = _ppo(venv, steps)
     fns = [functools.partial(_monitored, fn) for fn in faulty_fns(None)]
-    fns[2:] = [functools.partial(_RebuiltEvery, fn, 150) for fn in fns[2:]]
-    want = _ppo(DummyVecEnv(fns), 1024)
-    assert_same_parameters(got, want)
+    fns[2:] = [functools.partial(_RebuiltEvery, fn, crash_every) for fn in fns[2:]]
+    assert_same_parameters(got, _ppo(DummyVecEnv(fns), steps))
+    return venv.n_restarts
+
+
+@pytest.mark.timeout(120)
+def test_ppo_through_a_crashing_env_trains_as_dummy_with_the_same_restarts(no_leaks):
+    assert _ppo_as_dummy_through_restarts(crash_every=150, steps=1024) == 1024 // N_ENVS // 150
 
 
 @pytest.mark.slow
-def test_ppo_completes_with_an_env_crashing_every_5000_steps(no_leaks):
-    venv = _crashing_every(5000)
-    _ppo(venv, 41_000)
-    assert venv.n_restarts == 2
+def test_ppo_through_an_env_crashing_every_5000_steps(no_leaks):
+    assert _ppo_as_dummy_through_restarts(crash_every=5000, steps=41_000) == 2
 
 
 def test_terminal_observation_when_the_previous_slot_is_rewritten(no_leaks):
