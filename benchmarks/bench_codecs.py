@@ -1,14 +1,16 @@
-"""Codec benchmarks (issue 3 targets), not part of the default test run:
+"""Codec benchmarks, not part of the default test run:
 
-    python -m pytest benchmarks/bench_codecs.py --benchmark-only -s
+    python -m pytest benchmarks/bench_codecs.py --benchmark-only
+    python -m pytest benchmarks/bench_codecs.py -k interleaved -s
 
 - per-frame encode + decode time of each codec on 400 raw frames (210x160x3) of Pong, Breakout and
-  MsPacman, random actions, one frame at a time, one thread; the compression ratio and
-  bit-exactness are checked and stored in ``extra_info`` (targets: delta >= 150x with zstd,
-  >= 100x with lz4, encode + decode <= 60 us per frame);
+  MsPacman, random actions, one frame at a time, one thread; bit-exactness and the compression
+  ratio are asserted (delta >= 150x with zstd, >= 100x with lz4: deterministic, unlike the times,
+  which are measured and reported, never asserted) and the ratio stored in ``extra_info``;
 - ShmVecEnv on Pong raw frames, n_envs=8: one batch step with ``codec=None``, ``"delta"`` (default
-  threads) and ``"delta"`` with ``decode_threads=1`` (target: delta within 10% of raw);
-- the same three, interleaved over several repeats, steps/s with spread (printed; ``-s`` shows it).
+  threads) and ``"delta"`` with ``decode_threads=1``;
+- the same three, interleaved over several repeats, steps/s with spread and per-repeat ratios to raw
+  (printed: the second command; it measures steps/s itself, so ``--benchmark-only`` skips it).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import time
 import numpy as np
 import pytest
 
-pytest.importorskip("ale_py")
+pytest.importorskip("ale_py", reason='ALE is not installed (pip install -e ".[atari]")')
 
 from shmvec import codecs as C  # noqa: E402
 from shmvec.bench.envs import env_factory  # noqa: E402
@@ -111,7 +113,7 @@ def _steps_per_s(env, seconds: float, seed: int) -> float:
     return n * env.num_envs / (time.perf_counter() - start)
 
 
-def test_shmvec_pong_interleaved(benchmark):
+def test_shmvec_pong_interleaved():
     """steps/s of raw / delta / delta with one decode thread, interleaved so that a disturbance of the
     shared machine hits all three alike; prints medians, ranges and per-round ratios."""
     repeats, seconds = 7, 3.0
@@ -134,5 +136,4 @@ def test_shmvec_pong_interleaved(benchmark):
             f"  {variant} / raw: median {statistics.median(ratios):.3f} "
             f"(per-repeat {min(ratios):.3f}-{max(ratios):.3f})"
         )
-    benchmark.extra_info.update({k: [round(x) for x in v] for k, v in samples.items()})
-    benchmark.pedantic(lambda: None, rounds=1)
+    print("  steps/s per repeat:", {k: [round(x) for x in v] for k, v in samples.items()})

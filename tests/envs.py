@@ -228,14 +228,40 @@ class GoalEnv(gym.Env):
         return self._obs(), reward, reward == 0.0, self.t >= 10, {}
 
 
+class Gate:
+    """A gate between a test and an env's steps, in any worker under any start method: closed while
+    the file ``path`` exists. A step that meets it closed first creates ``path + ".waiting"`` (the
+    env's own word that it is inside ``step``), then waits until the test opens it."""
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = os.fspath(path)
+        self.waiting = self.path + ".waiting"
+
+    def close(self) -> None:
+        open(self.path, "w").close()
+
+    def open(self) -> None:
+        os.remove(self.path)
+
+    def pass_through(self) -> None:
+        """In the env: return once the gate is open."""
+        if os.path.exists(self.path):
+            open(self.waiting, "w").close()
+            while os.path.exists(self.path):
+                time.sleep(0.001)
+
+
 class FaultyEnv(gym.Env):
     """A small deterministic image env that misbehaves on purpose.
 
     :param fault: see :func:`misbehave`; None never misbehaves.
     :param where: ``"step"``: at the ``at``-th step of this env's life; ``"reset"``: at its ``at``-th
         reset; ``"render"``/``"method"``: when ``render()``/``misbehave_now()`` is called.
-    :param delay: seconds to sleep in every step (a slow env, to catch a worker mid-step).
-    Episodes end every 5 steps, alternately by termination and truncation.
+    :param delay: seconds to sleep in every step (a slow env).
+    :param gate: a :class:`Gate`'s path: every step waits there while the test holds it closed (to
+        catch a worker mid-step, or hold one env back, without guessing at timings).
+    Episodes end every 5 steps, alternately by termination (the episodes its 1st, 3rd... reset
+    began) and truncation.
     """
 
     metadata = {"render_modes": ["rgb_array"]}
@@ -243,9 +269,15 @@ class FaultyEnv(gym.Env):
     action_space = spaces.Discrete(3)
 
     def __init__(
-        self, fault: str | None = None, at: int = 3, where: str = "step", delay: float = 0.0
+        self,
+        fault: str | None = None,
+        at: int = 3,
+        where: str = "step",
+        delay: float = 0.0,
+        gate: str | None = None,
     ) -> None:
         self.fault, self.at, self.where, self.delay = fault, at, where, delay
+        self.gate = None if gate is None else Gate(gate)
         self.render_mode = "rgb_array"
         self.steps = self.resets = self.t = 0
 
@@ -268,9 +300,11 @@ class FaultyEnv(gym.Env):
         self.t += 1
         if self.delay:
             time.sleep(self.delay)
+        if self.gate is not None:
+            self.gate.pass_through()
         self._maybe("step", self.steps)
         done = self.t % 5 == 0
-        terminated = done and (self.t // 5) % 2 == 1
+        terminated = done and self.resets % 2 == 1
         return self._obs(), float(action) + self.t, terminated, done and not terminated, {}
 
     def render(self):
@@ -280,6 +314,16 @@ class FaultyEnv(gym.Env):
     def misbehave_now(self) -> int:
         self._maybe("method")
         return os.getpid()
+
+
+# How the main process reports a FaultyEnv fault that ends the worker of envs 2..3 (the tests' 4 envs
+# on 2 workers), as a regex with the command to fill in: ``CRASHES[fault].format(command="step")``.
+CRASHES = {
+    "kill": r"worker 1 \(pid \d+, envs 2\.\.3\) was killed by signal SIGKILL during {command}",
+    "segv": r"worker 1 \(pid \d+, envs 2\.\.3\) was killed by signal SIGSEGV during {command}",
+    "abort": r"worker 1 \(pid \d+, envs 2\.\.3\) was killed by signal SIGABRT during {command}",
+    "exit": r"worker 1 \(pid \d+, envs 2\.\.3\) exited with code 3 during {command}",
+}
 
 
 def make_small_synthetic() -> gym.Env:

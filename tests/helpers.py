@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -87,8 +89,9 @@ def run_script(path: Path, source: str, timeout: float = 120) -> subprocess.Comp
 
 
 def require(module: str, how: str) -> Any:
-    """Import ``module`` for a test; when it is missing, skip (``how`` installs it), or fail in CI
-    (``CI`` set), where every optional piece is installed and a skip would hide a missing step."""
+    """Import ``module`` for a test (or at a test module's top); when it is missing, skip (``how``
+    installs it), or fail in CI (``CI`` set), where every optional piece is installed and a skip would
+    hide a missing step."""
     import importlib
 
     import pytest
@@ -99,4 +102,13 @@ def require(module: str, how: str) -> Any:
         message = f"{module} is not installed ({how})"
         if os.environ.get("CI"):
             pytest.fail(message)
-        pytest.skip(message)
+        pytest.skip(message, allow_module_level=True)
+
+
+def wait_until(condition: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
+    """Return once ``condition()`` holds; fail, naming ``what``, after ``timeout`` seconds: a bound on
+    a hang, not a speed figure."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"not within {timeout:g} s: {what}"
+        time.sleep(0.005)

@@ -1,4 +1,4 @@
-"""The ``backend`` and ``ray_options`` parameters, checked without Ray: bad values are one-line
+"""The ``backend`` and ``ray_options`` parameters, checked without a Ray cluster: bad values are one-line
 errors before anything starts, and the local backend never imports Ray."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 
 from shmvec import ShmVecEnv, ShmVectorEnv
 from tests.envs import make_dict_env
-from tests.helpers import run_script
+from tests.helpers import require, run_script
 
 
 @pytest.mark.parametrize("face", [ShmVecEnv, ShmVectorEnv])
@@ -26,10 +26,11 @@ def test_ray_options_must_be_a_mapping(no_leaks):
         ShmVecEnv([make_dict_env], backend="ray", ray_options=[("num_cpus", 1)])
 
 
+@pytest.mark.slow  # CI installs Ray for its slow stage only
 def test_unpicklable_factory_on_ray_names_the_backend(tmp_path):
     # The factories are pickled before Ray is started: no cluster needed. In a script of its own:
     # Ray must not be imported in this process before test_ray sets up its loopback environment.
-    pytest.importorskip("ray", reason='Ray is not installed (pip install -e ".[ray]")')
+    require("ray", 'pip install -e ".[ray]"')
     proc = run_script(
         tmp_path / "unpicklable.py",
         """
@@ -117,7 +118,7 @@ def test_ray_wire_default_is_delta_with_zstd_for_frames_and_raw_for_small_leaves
     from shmvec.memory.layout import leaves
     from shmvec.transports import default_codecs
 
-    pytest.importorskip("zstandard")
+    require("zstandard", 'pip install -e ".[codecs]"')
     space = spaces.Dict(
         {
             "frame": spaces.Box(0, 255, (210, 160, 3), np.uint8),

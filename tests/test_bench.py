@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from shmvec.bench import report
-from shmvec.bench.runner import BenchSpec, Sample, run
+from shmvec.bench.runner import BenchSpec, Sample
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = "tests.envs:make_small_synthetic"
@@ -103,25 +103,6 @@ def test_cli_end_to_end(tmp_path):
     )
     assert again.returncode == 0, again.stderr
     assert report.readme_block(readme2, "r") == report.readme_block(readme, "r")
-
-
-def test_breakdown_adds_up_to_the_step_time():
-    """The parts add up to the measured step time exactly (the runner's bookkeeping), and the timed
-    intervals fit in the measured window (``unattributed_s``, the loop's own overhead, is never
-    negative). No bound on how large that overhead is: it is wall-clock time, and one preemption on
-    a loaded machine between two timers made it 10% of a tiny env's step."""
-    spec = BenchSpec(env=TINY, backends=("dummy", "subproc", "shm"), n_envs=(2,), repeats=1, seconds=0.4)
-    result = run(spec)
-    for p in result.points:
-        for s in p.samples:
-            parts = {k: getattr(s, k) for k in ("policy_s", "send_s", "env_s", "copy_s", "ipc_s")}
-            assert all(v >= 0 for v in parts.values()), (p.config.label, parts)
-            assert s.unattributed_s >= -1e-12 * s.step_s, (p.config.label, s)
-            assert s.env_s + s.copy_s + s.ipc_s == pytest.approx(s.wait_s, rel=1e-9)
-            assert s.policy_s + s.send_s + s.wait_s + s.unattributed_s == pytest.approx(s.step_s, rel=1e-9)
-            assert sum(parts.values()) + s.unattributed_s == pytest.approx(s.step_s, rel=1e-9)
-            assert s.step_s == pytest.approx(s.wall_s / s.batch_steps)
-            assert s.steps_per_s == pytest.approx(p.config.n_envs / s.step_s)
 
 
 @pytest.mark.parametrize(

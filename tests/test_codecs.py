@@ -13,6 +13,7 @@ from shmvec import codecs as C
 from shmvec.codecs import CodecError
 from shmvec.synthetic import SyntheticImageEnv
 from tests.envs import make_dict_env
+from tests.helpers import require
 from tests.test_equivalence import run_both
 
 LOSSLESS = [
@@ -30,7 +31,7 @@ LOSSLESS = [
 @pytest.fixture(scope="module")
 def pong_frames():
     """~50 consecutive Pong frames, with an episode boundary (truncation at 30 steps) inside."""
-    pytest.importorskip("ale_py")
+    require("ale_py", 'pip install -e ".[atari]"')
     from shmvec.bench.envs import env_factory
     from shmvec.fidelity import collect_frames
 
@@ -221,13 +222,26 @@ def test_checksum_catches_a_corrupted_byte(no_leaks, monkeypatch):
 
 
 def test_verify_every_zero_does_not_check(no_leaks, monkeypatch):
+    """Unchecked, the flipped byte reaches the caller: env 1's observation differs from
+    DummyVecEnv's in that one byte, by that one bit; env 0's is untouched."""
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
     from shmvec.codecs.raw import RawCodec
 
     monkeypatch.setattr(RawCodec, "encode", _flip_byte(RawCodec.encode))
     fns = [functools.partial(SyntheticImageEnv, (8, 8, 3), episode_len=(50, 50))] * 2
+    ref = DummyVecEnv(fns)
     with ShmVecEnv(fns, "fork", n_workers=1, codec="raw", verify_every=0) as env:
-        env.reset()
-        env.step(np.zeros(2, np.int64))  # corrupted, unnoticed: what verification is for
+        for venv in (env, ref):
+            venv.seed(0)
+            venv.reset()
+        obs = env.step(np.zeros(2, np.int64))[0]  # corrupted, unnoticed: what verification is for
+    want = ref.step(np.zeros(2, np.int64))[0]
+    ref.close()
+    np.testing.assert_array_equal(obs[0], want[0])
+    flipped = (obs[1] ^ want[1]).ravel()
+    middle = flipped.size // 2  # _flip_byte's byte of the 192 encoded
+    assert np.flatnonzero(flipped).tolist() == [middle] and flipped[middle] == 0x01
 
 
 def test_codecs_travel_to_forkserver_workers(no_leaks):

@@ -10,6 +10,19 @@ from shmvec.codecs import CodecError
 from shmvec.codecs.delta import _BLOCK, _DELTA, _HEAD, _HEADER, _encode_runs
 from shmvec.engine import options as options_module
 from shmvec.engine.options import Options
+from tests.helpers import require
+
+
+def require_fused():
+    """:mod:`shmvec.codecs.fused`, where numba and lz4 are installed (else a skip, or a failure in
+    CI). With both installed, lz4's library must load into numba: that it cannot is a failure, not a
+    reason to skip."""
+    require("numba", 'pip install -e ".[codecs]"')
+    require("lz4.block", 'pip install -e ".[codecs]"')
+    from shmvec.codecs import fused
+
+    assert fused.AVAILABLE, "numba and lz4 are installed, but lz4's library cannot be loaded into numba"
+    return fused
 
 
 def reference_runs(cur: np.ndarray, prev: np.ndarray) -> np.ndarray:
@@ -105,10 +118,9 @@ def test_decode_threads_default_follows_usable_cpus(monkeypatch, cpus, threads):
 def test_fused_lz4_path_writes_and_reads_the_python_paths_bytes(monkeypatch):
     """numba calling lz4 itself (shmvec.codecs.fused) and the Python path make the same bytes, and
     each decodes the other's."""
-    from shmvec.codecs import delta, fused
+    from shmvec.codecs import delta
 
-    if not fused.AVAILABLE:
-        pytest.skip("lz4's library cannot be loaded into numba here")
+    require_fused()
     codec = C.get("delta", key_every=6)
     shape = (21, 16, 3)
     rng = np.random.default_rng(2)
@@ -162,59 +174,67 @@ def test_both_paths_refuse_lost_and_corrupt_frames(monkeypatch, use_fused):
     assert np.array_equal(codec.decode(data[1], out, dec), frames[1])  # the stream is still in step
 
 
-def _encoded_batches(codec, shape, dtype, n_envs, n_steps, seed=3):
-    """Per step: (frames, data, lengths) of ``n_envs`` envs, each with its own encoding stream; every
-    env's frames change a few values per step, env 2's stream restarts (a key frame) at step 3."""
+def _encoded_batches(codec, shape, dtype, n_envs, n_steps, seed=3, rows_at=None):
+    """Per step: (frames, data, lengths, rows) of ``n_envs`` envs, each with its own encoding stream;
+    the envs of ``rows_at(step)`` (default: all) change a few values and are encoded, the others keep
+    their frame and send nothing (length 0), as envs outside a pool-mode batch; env 2's stream
+    restarts (a key frame) at step 3."""
     rng = np.random.default_rng(seed)
     frames = rng.integers(0, 200, (n_envs, *shape)).astype(dtype)
     streams = [codec.new_stream(shape, np.dtype(dtype)) for _ in range(n_envs)]
     size = codec.max_encoded_size(shape, np.dtype(dtype))
     out = []
     for step in range(n_steps):
+        rows = range(n_envs) if rows_at is None else rows_at(step)
         flat = frames.reshape(n_envs, -1)
-        flat[np.arange(n_envs), rng.integers(0, flat.shape[1], n_envs)] += 1
+        idx = np.asarray(rows, np.int64)
+        flat[idx, rng.integers(0, flat.shape[1], len(idx))] += 1
         if step == 3:
             codec.restart(streams[2])
         data, lengths = np.zeros((n_envs, size), np.uint8), np.zeros(n_envs, np.int64)
-        for i in range(n_envs):
+        for i in rows:
             lengths[i] = codec.encode(frames[i], data[i], streams[i])
-        out.append((frames.copy(), data, lengths))
+        out.append((frames.copy(), data, lengths, rows))
     return out
+
+
+# The rows decoded at each step: a whole batch (one block copy), and subsets that skip rows.
+SUBSETS = [range(4), [1, 3], [0, 2, 3], [2], range(1, 3)]
 
 
 @pytest.mark.parametrize(("shape", "dtype"), [((21, 16, 3), np.uint8), ((5, 3), np.float32), ((), np.int64)])
 def test_decode_rows_of_a_batch_equal_the_frames_and_per_frame_decoding(shape, dtype):
     """DeltaCodec.decode_rows (one numba call per batch with lz4) against Codec.decode_rows's
-    per-frame loop: the same frames, bit for bit, in every row; also for a subset of rows."""
-    from shmvec.codecs import fused
+    per-frame loop: the same frames, bit for bit, in the rows asked for, whole batches and subsets;
+    the rows not asked for are left as they were."""
     from shmvec.codecs.base import Codec
 
-    if not fused.AVAILABLE:
-        pytest.skip("lz4's library cannot be loaded into numba here")
+    require_fused()
     codec, n = C.get("delta", key_every=5), 4
     fast, slow = codec.new_streams(n, shape, np.dtype(dtype)), codec.new_streams(n, shape, np.dtype(dtype))
     assert all(s.rows is fast[0].rows for s in fast)
-    for step, (frames, data, lengths) in enumerate(_encoded_batches(codec, shape, dtype, n, 12)):
-        rows = range(n) if step % 3 else [0, 1, 2, 3]
-        got, want = np.zeros((n, *shape), dtype), np.zeros((n, *shape), dtype)
+    untouched = np.full(shape, 77, dtype)
+    batches = _encoded_batches(codec, shape, dtype, n, 15, rows_at=lambda step: SUBSETS[step % len(SUBSETS)])
+    for step, (frames, data, lengths, rows) in enumerate(batches):
+        got, want = np.full((n, *shape), 77, dtype), np.full((n, *shape), 77, dtype)
         codec.decode_rows(data, lengths, rows, got, fast)
         Codec.decode_rows(codec, data, lengths, rows, want, slow)
-        assert got.tobytes() == want.tobytes() == frames.tobytes(), step
+        assert got.tobytes() == want.tobytes(), step
+        for i in range(n):
+            expected = frames[i] if i in rows else untouched
+            assert got[i].tobytes() == expected.tobytes(), (step, i, list(rows))
         assert [s.seq for s in fast] == [s.seq for s in slow]
 
 
 def test_decode_rows_names_the_row_that_failed_and_falls_back_for_a_replaced_stream(monkeypatch):
-    from shmvec.codecs import fused
-
-    if not fused.AVAILABLE:
-        pytest.skip("lz4's library cannot be loaded into numba here")
+    fused = require_fused()
     codec, n, shape = C.get("delta"), 4, (64,)
     batches = _encoded_batches(codec, shape, np.uint8, n, 3)
     streams = codec.new_streams(n, shape, np.dtype(np.uint8))
     out = np.zeros((n, *shape), np.uint8)
-    frames, data, lengths = batches[0]
+    frames, data, lengths, _ = batches[0]
     codec.decode_rows(data, lengths, range(n), out, streams)
-    frames, data, lengths = batches[2]  # step 1 skipped: every row's delta follows a lost frame
+    frames, data, lengths, _ = batches[2]  # step 1 skipped: every row's delta follows a lost frame
     data[1, 0] = 7  # row 1's header is corrupt as well, but row 0 fails first
     with pytest.raises(CodecError, match="frame 2 follows frame 0") as caught:
         codec.decode_rows(data, lengths, range(n), out, streams)
@@ -224,7 +244,7 @@ def test_decode_rows_names_the_row_that_failed_and_falls_back_for_a_replaced_str
     streams[2] = codec.new_stream(shape, np.dtype(np.uint8))
     batched = []
     monkeypatch.setattr(fused, "decode_rows", lambda *a: batched.append(a) or (-1, 0, 0))
-    frames, data, lengths = batches[1]
+    frames, data, lengths, _ = batches[1]
     with pytest.raises(CodecError, match="lost") as caught:
         codec.decode_rows(data, lengths, range(n), out, streams)
     assert caught.value.row == 2 and batched == []

@@ -1,7 +1,8 @@
 """Fault injection: killed, crashing, raising and hung envs, in raise mode and in restart mode.
 
-Every case asserts the error (raise mode) or the recovery (restart mode), no hang (generous wall-clock
-bounds only) and, through ``no_leaks``, zero leaked segments, processes and file descriptors.
+Every case asserts the error (raise mode) or the recovery (restart mode), no hang (a per-test timeout
+far above any expected duration, never a bound on elapsed time) and, through ``no_leaks``, zero
+leaked segments, processes and file descriptors.
 """
 
 from __future__ import annotations
@@ -10,25 +11,18 @@ import functools
 import os
 import re
 import signal
-import time
+import types
 
 import numpy as np
 import pytest
 
 from shmvec import ClosedError, EnvError, EnvTimeoutError, ShmVecEnv, WorkerCrashedError
 from shmvec.restart import REASON_KEY, RESTARTED_KEY, restart_seed
-from tests.envs import FaultyEnv
-from tests.helpers import assert_obs_equal
+from tests.envs import CRASHES, FaultyEnv, Gate
+from tests.helpers import assert_obs_equal, wait_until
 
 N_ENVS = 4
 ACTIONS = np.ones(N_ENVS, np.int64)
-# How the main process sees each env fault: the error in raise mode and the restart reason.
-CRASHES = {
-    "kill": r"worker 1 \(pid \d+, envs 2\.\.3\) was killed by signal SIGKILL during step",
-    "segv": r"worker 1 \(pid \d+, envs 2\.\.3\) was killed by signal SIGSEGV during step",
-    "abort": r"worker 1 \(pid \d+, envs 2\.\.3\) was killed by signal SIGABRT during step",
-    "exit": r"worker 1 \(pid \d+, envs 2\.\.3\) exited with code 3 during step",
-}
 
 
 def faulty_fns(fault: str | None, at: int = 3, where: str = "step", victim: int = 3, **kwargs):
@@ -48,6 +42,7 @@ def make(fns, **kwargs) -> ShmVecEnv:
 # ---------------------------------------------------------------- raise mode
 
 
+@pytest.mark.timeout(60)
 @pytest.mark.parametrize("fault", sorted(CRASHES))
 def test_crash_in_step_raises(no_leaks, fault):
     env = make(faulty_fns(fault))
@@ -58,10 +53,8 @@ def test_crash_in_step_raises(no_leaks, fault):
     env.reset()
     env.step(ACTIONS)
     env.step(ACTIONS)
-    start = time.monotonic()
-    with pytest.raises(WorkerCrashedError, match=CRASHES[fault]) as info:
+    with pytest.raises(WorkerCrashedError, match=CRASHES[fault].format(command="step")) as info:
         env.step(ACTIONS)
-    assert time.monotonic() - start < 10
     err = info.value
     assert err.worker_index == 1 and err.env_indices == [2, 3] and err.command == "step"
     assert err.worker_pid is not None and err.exitcode is not None
@@ -92,34 +85,40 @@ def test_exception_in_step_raises_env_error(no_leaks):
         env.step(ACTIONS)
 
 
+@pytest.mark.timeout(60)
 def test_hang_in_step_times_out(no_leaks):
     env = make(faulty_fns("hang"), timeout=0.5)
     env.reset()
     env.step(ACTIONS)
     env.step(ACTIONS)
-    start = time.monotonic()
     with pytest.raises(
         EnvTimeoutError, match=r"worker 1 \(pid \d+, envs 2\.\.3\) did not answer step within 0.5 s"
     ):
         env.step(ACTIONS)
-    assert time.monotonic() - start < 10
     assert env.closed
 
 
+@pytest.mark.timeout(60)
 @pytest.mark.parametrize("when", ["idle", "step", "reset"])
 @pytest.mark.parametrize("mode", ["raise", "restart"])
-def test_worker_killed_from_outside(no_leaks, when, mode):
-    """SIGKILL (the OOM killer, a user) while the worker waits, steps or resets."""
-    env = make(faulty_fns(None, delay=0.2 if when == "step" else 0.0), on_crash=mode)
+def test_worker_killed_from_outside(no_leaks, tmp_path, when, mode):
+    """SIGKILL (the OOM killer, a user) while the worker waits, steps (env 3 has said that it is
+    inside ``step``: the kill cannot land before the step began nor after it ended) or resets."""
+    gate = Gate(tmp_path / "gate")
+    fns = faulty_fns(None)
+    fns[3] = functools.partial(FaultyEnv, gate=gate.path)
+    env = make(fns, on_crash=mode)
     obs = env.reset()
     victim = env.processes[1]
     old_pid = victim.pid
     if when == "step":
+        gate.close()
         env.step_async(ACTIONS)
-        time.sleep(0.05)
+        wait_until(lambda: os.path.exists(gate.waiting), "env 3 inside step")
     os.kill(old_pid, signal.SIGKILL)
-    victim.join(5)
-    start = time.monotonic()
+    victim.join(30)
+    if when == "step":
+        gate.open()  # for the rebuilt env 3 (restart mode)
     call = {"idle": lambda: env.step(ACTIONS), "step": env.step_wait, "reset": env.reset}[when]
     command = "reset" if when == "reset" else "step"
     if mode == "raise":
@@ -147,7 +146,6 @@ def test_worker_killed_from_outside(no_leaks, when, mode):
             assert RESTARTED_KEY not in infos[0] and RESTARTED_KEY not in infos[1]
         env.step(ACTIONS)  # goes on normally
         env.close()
-    assert time.monotonic() - start < 10
 
 
 # ---------------------------------------------------------------- restart mode
@@ -177,7 +175,7 @@ def test_restart_after_fault_in_step(no_leaks, fault):
                     assert_obs_equal(infos[i]["terminal_observation"], prev[i])
                 reason = infos[3][REASON_KEY]
                 if fault in CRASHES:
-                    assert re.search(CRASHES[fault], reason), reason
+                    assert re.search(CRASHES[fault].format(command="step"), reason), reason
                 elif fault == "raise":
                     assert "env 3 raised RuntimeError during step: simulated env failure" in reason
                 else:
@@ -204,29 +202,40 @@ def test_restart_seeds_reproducible_and_distinct(no_leaks):
     assert restart_seed(2, 2) not in seeds and restart_seed(None, 1) is None
 
 
+@pytest.mark.timeout(60)
 def test_restart_limit_raises(no_leaks):
     """An env that crashes on every start is a crash loop: after max_restarts the error is raised."""
     env = make(faulty_fns("kill", at=1), on_crash="restart", max_restarts=2, restart_window=None)
     env.reset()
-    start = time.monotonic()
     with pytest.raises(
         WorkerCrashedError, match=r"SIGKILL during step \(restart limit reached: max_restarts=2"
     ):
         for _ in range(10):
             env.step(ACTIONS)
     assert env.closed and env.n_restarts == 2
-    assert time.monotonic() - start < 20
 
 
-def test_restart_budget_window():
-    from shmvec.restart import RestartBudget
+def test_restart_budget_window(monkeypatch):
+    """Two restarts within any 0.25 s: a third counts once the first is more than 0.25 s old (the
+    budget's clock is the test's; times exact in binary)."""
+    from shmvec import restart
 
-    budget = RestartBudget(2, 0.2)
-    assert budget.take() and budget.take() and not budget.take()
-    time.sleep(0.25)
-    assert budget.take() and budget.total == 3
+    now = [0.0]
+    monkeypatch.setattr(restart, "time", types.SimpleNamespace(monotonic=lambda: now[0]))
+    budget = restart.RestartBudget(2, 0.25)
+    assert budget.take()
+    now[0] = 0.125
+    assert budget.take() and not budget.take()
+    now[0] = 0.25  # the first is exactly 0.25 s old: still inside the window
+    assert not budget.take()
+    now[0] = 0.375
+    assert budget.take() and not budget.take() and budget.total == 3
+    never = restart.RestartBudget(1, None)
+    assert never.take()
+    now[0] = 1e9
+    assert not never.take() and never.total == 1
     with pytest.raises(ValueError):
-        RestartBudget(-1, None)
+        restart.RestartBudget(-1, None)
 
 
 def test_restart_needs_two_slots():
@@ -316,41 +325,6 @@ def test_crash_during_restart_reset_is_retried(no_leaks):
     assert env.n_restarts == 3 and env.closed
 
 
-def _ppo_with_crashing_env(crash_every: int, steps: int) -> ShmVecEnv:
-    import torch
-    from stable_baselines3 import PPO
-
-    torch.set_num_threads(1)
-    fns = [functools.partial(_monitored, fn) for fn in faulty_fns("kill", at=crash_every)]
-    venv = ShmVecEnv(fns, "fork", n_workers=2, on_crash="restart", restart_window=None)
-    venv.seed(0)
-    try:
-        model = PPO("MlpPolicy", venv, n_steps=64, batch_size=64, n_epochs=1, seed=0, device="cpu")
-        model.learn(steps)
-        assert model.num_timesteps >= steps
-        return venv
-    finally:
-        venv.close()
-
-
-def _monitored(fn):
-    from stable_baselines3.common.monitor import Monitor
-
-    return Monitor(fn())
-
-
-def test_ppo_completes_with_a_crashing_env(no_leaks):
-    """Env 3 is SIGKILLed every 150 of its steps: PPO trains through the restarts."""
-    venv = _ppo_with_crashing_env(crash_every=150, steps=1024)
-    assert venv.n_restarts == 1024 // N_ENVS // 150
-
-
-@pytest.mark.slow
-def test_ppo_completes_with_an_env_crashing_every_5000_steps(no_leaks):
-    venv = _ppo_with_crashing_env(crash_every=5000, steps=41_000)
-    assert venv.n_restarts == 2
-
-
 def test_terminal_observation_when_the_previous_slot_is_rewritten(no_leaks):
     """copy=True with 2 slots and the caller holding on to an old batch: no slot is free, so the
     workers write over the slot of the last batch; a crash then still reports that batch's obs."""
@@ -369,13 +343,13 @@ def test_terminal_observation_when_the_previous_slot_is_rewritten(no_leaks):
         env.close()
 
 
+@pytest.mark.timeout(60)
 def test_close_with_a_hung_step_pending_is_bounded(no_leaks):
     env = make(faulty_fns("hang", at=1))
     env.reset()
     env.step_async(ACTIONS)
-    start = time.monotonic()
     env.close()  # waits a few seconds for the worker, then kills it
-    assert time.monotonic() - start < 15
+    assert env.closed
 
 
 def test_restart_with_forkserver(no_leaks):

@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 import torch
 from gymnasium.wrappers import FilterObservation
-from stable_baselines3 import DQN, PPO
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.vec_env import DummyVecEnv, VecFrameStack
 
@@ -17,6 +16,7 @@ from shmvec import EnvError, ShmVecEnv
 from shmvec.synthetic import SyntheticImageEnv
 from tests.envs import TinyImageEnv, make_dict_env
 from tests.helpers import assert_obs_equal, assert_step_equal, sample_actions
+from tests.training import ALGOS, assert_same_parameters, parameters
 
 
 def dict_of_boxes() -> gym.Env:
@@ -75,10 +75,6 @@ def test_under_forkserver(no_leaks):
     run_both(ENVS["channels_last"], 2, n_envs=2, steps=20, start_method="forkserver", n_workers=1)
 
 
-def _params(model) -> list[torch.Tensor]:
-    return [p.detach().clone() for p in model.policy.parameters()]
-
-
 def _train(algo, stacked_in_workers: bool, **algo_kwargs):
     if stacked_in_workers:
         venv = make_vec_env(
@@ -93,25 +89,18 @@ def _train(algo, stacked_in_workers: bool, **algo_kwargs):
     try:
         model = algo(policy_kwargs={"net_arch": [16]}, env=venv, seed=3, device="cpu", **algo_kwargs)
         model.learn(1024)
-        return _params(model)
+        return parameters(model)
     finally:
         venv.close()
 
 
-@pytest.mark.parametrize(
-    "algo,kwargs",
-    [
-        (PPO, dict(policy="CnnPolicy", n_steps=64, batch_size=64, n_epochs=2)),
-        (DQN, dict(policy="CnnPolicy", learning_starts=100, buffer_size=2000, train_freq=4)),
-    ],
-    ids=["ppo", "dqn"],
-)
-def test_training_identical_to_vec_frame_stack(no_leaks, algo, kwargs):
+@pytest.mark.parametrize("name", ["ppo", "dqn"])
+def test_training_identical_to_vec_frame_stack(no_leaks, name):
+    algo, kwargs = ALGOS[name]
     torch.set_num_threads(1)
     want = _train(algo, False, **kwargs)
     got = _train(algo, True, **kwargs)
-    for a, b in zip(got, want):
-        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    assert_same_parameters(got, want)
 
 
 @pytest.mark.parametrize("bad", [0, -1, 2.0, True])

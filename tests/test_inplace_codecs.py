@@ -16,10 +16,10 @@ from shmvec import codecs as C
 from shmvec.codecs import native
 from shmvec.codecs.base import CodecError
 from shmvec.synthetic import SyntheticImageEnv
+from tests.helpers import require
 
-pytest.importorskip("lz4.block")
-pytest.importorskip("zstandard")
-pytest.importorskip("numba")
+for _module in ("lz4.block", "zstandard", "numba"):  # a skip here, a failure in CI
+    require(_module, 'pip install -e ".[codecs]"')
 
 SHAPE = (210, 160, 3)  # an Atari frame: 100,800 bytes
 CODECS = {

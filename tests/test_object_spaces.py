@@ -21,7 +21,7 @@ from gymnasium.vector import SyncVectorEnv
 
 from shmvec import EnvError, ShmVecEnv
 from shmvec.restart import restart_seed
-from tests.helpers import assert_obs_equal
+from tests.helpers import assert_obs_equal, require
 from tests.object_envs import SPACES, TEXT_IN_DICT, make_faulty_mission, make_object_env
 from tests.test_pool import check_trajectories, run_pool
 from tests.test_vector_env import (
@@ -226,9 +226,10 @@ def test_unpicklable_object_value_names_the_env(no_leaks):
             env.step(np.zeros(2, np.int64))
 
 
+@pytest.mark.slow  # CI installs MiniGrid for its slow stage only
 def test_real_minigrid_default_observation(no_leaks):
     """MiniGrid's default Dict(direction, image, mission) observation, no wrappers."""
-    pytest.importorskip("minigrid", reason="MiniGrid is not installed (pip install minigrid)")
+    require("minigrid", "pip install minigrid")
     fn = functools.partial(gym.make, "MiniGrid-Empty-5x5-v0", max_steps=12)
     for mode in (NEXT, SAME):
         ends = run_both((fn, fn), mode, n_envs=3, steps=40)

@@ -9,6 +9,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
+import subprocess
 import time
 import types
 
@@ -34,6 +36,19 @@ def n_threads_once_down_to(target):
     while n_threads() > target and time.monotonic() < deadline:
         time.sleep(0.001)
     return n_threads()
+
+def counting_pauses(pauser):
+    # The pauses a step asked for, counted where they are made: which steps paused is then known,
+    # and the thread count says only whether the pause ended the pool.
+    paused = []
+    real = pauser.pause
+    pauser.pause = lambda: paused.append(1) or real()
+    return paused
+
+def threads_after_send(paused, with_pool):
+    # A pause's threads leave a moment after it returns: waited for. Without one none leave, and
+    # the count is read at once (waiting for a fall that must not come would cost the deadline).
+    return n_threads_once_down_to(with_pool - 1) if paused else n_threads()
 
 def work():
     # A convolution large enough that ATen runs it in an OpenMP parallel region.
@@ -100,7 +115,8 @@ if __name__ == "__main__":
     work()  # the policy's forward pass
     with_pool = n_threads()
     venv.step_async(np.zeros(2, dtype=np.int64))
-    during = n_threads()
+    # Paused, the pool's threads leave a moment after the pause returns; not paused, none leave.
+    during = n_threads_once_down_to(with_pool - 1) if {pause_openmp} else n_threads()
     venv.step_wait()
     venv.close()
     print(json.dumps(dict(with_pool=with_pool, during=during)))
@@ -359,7 +375,7 @@ if __name__ == "__main__":
     work()  # the policy's forward pass starts a pool
     with_pool = n_threads()
     venv.step_async(np.zeros(2, dtype=np.int64))
-    during = n_threads()
+    during = n_threads_once_down_to(with_pool - 1)
     venv.step_wait()
     venv.close()
     print(json.dumps(dict(per_step=per_step, with_pool=with_pool, during=during)))
@@ -429,13 +445,15 @@ def make():
 if __name__ == "__main__":
     os.sched_setaffinity(0, {{min(os.sched_getaffinity(0))}})
     venv = ShmVecEnv([make] * 2, n_workers=1, start_method="fork")
+    paused = counting_pauses(venv._engine._openmp.pauser)
     venv.reset()
     kept, back = [], []
     for _ in range(12):
         work()
         with_pool = n_threads()
+        before = len(paused)
         venv.step_async(np.zeros((2,) + venv.action_space.shape, dtype=venv.action_space.dtype))
-        kept.append(n_threads() == with_pool)
+        kept.append(threads_after_send(len(paused) > before, with_pool) == with_pool)
         venv.step_wait()
         back.append(n_threads() == with_pool)  # started again, before the next forward pass
     venv.close()
@@ -477,14 +495,16 @@ def make():
 if __name__ == "__main__":
     os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:2])
     env = ShmVectorEnv([make] * 4, n_workers=2, batch_size={batch}, start_method="fork")
+    paused = counting_pauses(env._eng._openmp.pauser)
     env.async_reset(seed=0)
     env.recv()
     kept, back = [], []
     for _ in range(16):
         work()
         with_pool = n_threads()
+        before = len(paused)
         env.send(np.zeros({batch}, dtype=env.single_action_space.dtype))
-        kept.append(n_threads() == with_pool)
+        kept.append(threads_after_send(len(paused) > before, with_pool) == with_pool)
         env.recv()
         back.append(n_threads() == with_pool)
     env.close()
@@ -543,13 +563,25 @@ def test_close_releases_the_worker_clock_files_while_the_env_is_still_referenced
             assert not os.readlink(f"/proc/self/fd/{fd}").endswith("/schedstat")
 
 
+def _system_libgomp() -> str | None:
+    """The path of the system's libgomp, wherever the platform keeps it (the loader's cache): loaded
+    by its name it would be torch's copy, already loaded under that name."""
+    ldconfig = shutil.which("ldconfig") or "/sbin/ldconfig"
+    try:
+        cache = subprocess.run([ldconfig, "-p"], capture_output=True, text=True, timeout=60).stdout
+    except OSError:
+        return None
+    paths = [line.split("=>")[-1].strip() for line in cache.splitlines() if "libgomp.so.1 " in line]
+    return next((p for p in paths if os.path.exists(p)), None)
+
+
 def test_start_makes_no_pool_in_a_runtime_the_policy_does_not_use(tmp_path):
     """A second libgomp (scikit-learn and others bundle their own): pausing asks both, but only the
     runtime whose pool the pause ended is started again; an empty region in the other would leave a
     pool of spinning threads nobody uses."""
-    system = "/usr/lib/x86_64-linux-gnu/libgomp.so.1"
-    if not os.path.exists(system):
-        pytest.skip(f"no system libgomp at {system} to load beside torch's")
+    system = _system_libgomp()
+    if system is None:
+        pytest.skip("no system libgomp to load beside torch's (apt-get install libgomp1)")
     out = _run(
         tmp_path,
         f"""

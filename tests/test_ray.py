@@ -289,15 +289,14 @@ def test_close_kills_every_actor_and_frees_their_cpus(leaks):
 def test_ppo_parameters_identical_to_dummy_vec_env(leaks):
     import torch
 
-    from tests.test_sb3 import ALGOS, _train
+    from tests.test_sb3 import _train
+    from tests.training import ALGOS, assert_same_parameters
 
-    kwargs = dict(ALGOS["ppo"])
-    algo, policy = kwargs.pop("algo"), kwargs.pop("policy")
+    algo, kwargs = ALGOS["ppo"]
     torch.set_num_threads(1)
-    want = _train(algo, DummyVecEnv, policy=policy, **kwargs)
-    got = _train(algo, ShmVecEnv, vec_env_kwargs={"backend": "ray", "n_workers": 2}, policy=policy, **kwargs)
-    for a, b in zip(got, want):
-        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    want = _train(algo, DummyVecEnv, **kwargs)
+    got = _train(algo, ShmVecEnv, vec_env_kwargs={"backend": "ray", "n_workers": 2}, **kwargs)
+    assert_same_parameters(got, want)
 
 
 def test_starts_and_shuts_down_its_own_ray_when_none_is_running(cluster, monkeypatch):

@@ -7,7 +7,7 @@ import functools
 import numpy as np
 import pytest
 import torch
-from stable_baselines3 import A2C, DQN, PPO, SAC, HerReplayBuffer
+from stable_baselines3 import PPO, SAC, HerReplayBuffer
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.evaluation import evaluate_policy
 from stable_baselines3.common.monitor import Monitor
@@ -24,7 +24,8 @@ from stable_baselines3.common.vec_env import (
 from shmvec import ShmVecEnv
 from shmvec.synthetic import SyntheticImageEnv
 from tests.envs import DictImageEnv, GoalEnv, TinyImageEnv
-from tests.helpers import assert_step_equal, sample_actions
+from tests.helpers import assert_step_equal, require, sample_actions
+from tests.training import ALGOS, assert_same_parameters, assert_trains_as_dummy, parameters
 
 FORK = functools.partial(ShmVecEnv, start_method="fork")
 
@@ -86,10 +87,6 @@ def test_rewards_writable_float_dones_bool_fresh_dicts(no_leaks):
             previous = obs
 
 
-def _params(model) -> list[torch.Tensor]:
-    return [p.detach().clone() for p in model.policy.parameters()]
-
-
 def _train(algo, vec_env_cls, env_kwargs=None, vec_env_kwargs=None, steps=2048, **algo_kwargs):
     venv = make_vec_env(
         TinyImageEnv,
@@ -102,62 +99,57 @@ def _train(algo, vec_env_cls, env_kwargs=None, vec_env_kwargs=None, steps=2048, 
     try:
         model = algo(policy_kwargs={"net_arch": [16]}, env=venv, seed=3, device="cpu", **algo_kwargs)
         model.learn(steps)
-        return _params(model)
+        return parameters(model)
     finally:
         venv.close()
-
-
-ALGOS = {
-    "ppo": dict(algo=PPO, policy="CnnPolicy", n_steps=64, batch_size=64, n_epochs=2),
-    "a2c": dict(algo=A2C, policy="CnnPolicy", n_steps=8),
-    "dqn": dict(algo=DQN, policy="CnnPolicy", learning_starts=100, buffer_size=2000, train_freq=4),
-}
 
 
 @pytest.mark.parametrize("name", sorted(ALGOS))
 @pytest.mark.parametrize("copy", [True, False])
 def test_training_identical_to_dummy(no_leaks, name, copy):
     """Same seed, same data: identical parameters, with copy=True and with zero-copy views."""
-    kwargs = dict(ALGOS[name])
-    algo, policy = kwargs.pop("algo"), kwargs.pop("policy")
+    algo, kwargs = ALGOS[name]
     torch.set_num_threads(1)
-    want = _train(algo, DummyVecEnv, policy=policy, **kwargs)
-    got = _train(
-        algo, ShmVecEnv, vec_env_kwargs={"start_method": "fork", "copy": copy}, policy=policy, **kwargs
-    )
-    for a, b in zip(got, want):
-        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    want = _train(algo, DummyVecEnv, **kwargs)
+    got = _train(algo, ShmVecEnv, vec_env_kwargs={"start_method": "fork", "copy": copy}, **kwargs)
+    assert_same_parameters(got, want)
 
 
 @pytest.mark.parametrize("name", ["ppo", "dqn"])
 def test_training_identical_to_subproc(no_leaks, name):
-    kwargs = dict(ALGOS[name])
-    algo, policy = kwargs.pop("algo"), kwargs.pop("policy")
+    algo, kwargs = ALGOS[name]
     torch.set_num_threads(1)
-    want = _train(algo, SubprocVecEnv, vec_env_kwargs={"start_method": "fork"}, policy=policy, **kwargs)
+    want = _train(algo, SubprocVecEnv, vec_env_kwargs={"start_method": "fork"}, **kwargs)
     got = _train(
-        algo,
-        ShmVecEnv,
-        vec_env_kwargs={"start_method": "fork", "reward_dtype": np.float64},
-        policy=policy,
-        **kwargs,
+        algo, ShmVecEnv, vec_env_kwargs={"start_method": "fork", "reward_dtype": np.float64}, **kwargs
     )
-    for a, b in zip(got, want):
-        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    assert_same_parameters(got, want)
 
 
 def test_training_changes_parameters_and_ppo_copy_false_matches(no_leaks):
-    """Guard for the equivalence tests: training moves the parameters, so equality means something."""
+    """Guard for the equivalence tests: training moves the parameters, so equality means something;
+    and PPO trained on zero-copy views (copy=False) ends with DummyVecEnv's parameters, bit for bit."""
     torch.set_num_threads(1)
-    kwargs = dict(policy="CnnPolicy", n_steps=32, batch_size=64, n_epochs=1)
-    venv = make_vec_env(TinyImageEnv, n_envs=2, seed=3, vec_env_cls=FORK, vec_env_kwargs={"copy": False})
-    try:
-        model = PPO(policy_kwargs={"net_arch": [16]}, env=venv, seed=3, device="cpu", **kwargs)
-        before = _params(model)
-        model.learn(64)
-        assert any(not torch.equal(a, b) for a, b in zip(before, _params(model)))
-    finally:
-        venv.close()
+
+    def make_venv(reference: bool):
+        cls, kwargs = (
+            (DummyVecEnv, None) if reference else (ShmVecEnv, {"start_method": "fork", "copy": False})
+        )
+        return make_vec_env(TinyImageEnv, n_envs=2, seed=3, vec_env_cls=cls, vec_env_kwargs=kwargs)
+
+    def make_model(venv):
+        return PPO(
+            "CnnPolicy",
+            venv,
+            n_steps=32,
+            batch_size=64,
+            n_epochs=1,
+            policy_kwargs={"net_arch": [16]},
+            seed=3,
+            device="cpu",
+        )
+
+    assert_trains_as_dummy(make_venv, make_model, 64)
 
 
 def test_sac_continuous_and_evaluate_policy(no_leaks):
@@ -177,19 +169,23 @@ def test_sac_continuous_and_evaluate_policy(no_leaks):
                 device="cpu",
             )
             model.learn(60)
-            results.append((_params(model), evaluate_policy(model, venv, n_eval_episodes=2)))
+            results.append((parameters(model), evaluate_policy(model, venv, n_eval_episodes=2)))
         finally:
             venv.close()
-    for a, b in zip(results[0][0], results[1][0]):
-        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    assert_same_parameters(results[1][0], results[0][0])
     assert results[0][1] == results[1][1]
 
 
 def test_her_uses_compute_reward_through_env_method(no_leaks):
+    """HER relabels sampled goals with the env's compute_reward, called through env_method: SAC with
+    HER ends with DummyVecEnv's parameters bit for bit, which a wrong reward from there would change."""
     torch.set_num_threads(1)
-    venv = make_vec_env(GoalEnv, n_envs=2, seed=0, vec_env_cls=FORK)
-    try:
-        model = SAC(
+
+    def make_venv(reference: bool):
+        return make_vec_env(GoalEnv, n_envs=2, seed=0, vec_env_cls=DummyVecEnv if reference else FORK)
+
+    def make_model(venv):
+        return SAC(
             "MultiInputPolicy",
             venv,
             replay_buffer_class=HerReplayBuffer,
@@ -200,15 +196,12 @@ def test_her_uses_compute_reward_through_env_method(no_leaks):
             device="cpu",
             policy_kwargs={"net_arch": [8]},
         )
-        model.learn(100)
-        assert model.replay_buffer.size() > 0
-    finally:
-        venv.close()
+
+    assert_trains_as_dummy(make_venv, make_model, 100)
 
 
 def test_make_atari_env(no_leaks):
-    pytest.importorskip("ale_py")
-    import ale_py
+    ale_py = require("ale_py", 'pip install -e ".[atari]"')
     import gymnasium as gym
     from stable_baselines3.common.env_util import make_atari_env
 

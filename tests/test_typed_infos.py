@@ -17,7 +17,7 @@ from shmvec import ShmVecEnv
 from shmvec.memory.infos import InfoSchema, learn
 from shmvec.restart import REASON_KEY, RESTARTED_KEY
 from tests import test_vector_env
-from tests.helpers import assert_obs_equal, sample_actions
+from tests.helpers import assert_obs_equal, require, sample_actions
 from tests.info_envs import make_info_env, stable_info
 
 SB3_KEYS = ("TimeLimit.truncated", "terminal_observation")
@@ -79,8 +79,7 @@ def test_ale_infos_match_dummy(no_leaks):
     """ALE's lives / episode_frame_number / frame_number (Python ints) are learned at the first step
     and travel typed from the next; episodes end by truncation (terminal_observation,
     TimeLimit.truncated)."""
-    pytest.importorskip("ale_py")
-    import ale_py
+    ale_py = require("ale_py", 'pip install -e ".[atari]"')
     import gymnasium as gym
 
     gym.register_envs(ale_py)

@@ -19,27 +19,28 @@ from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
 
 from shmvec import NoPendingCallError, PendingCallError, ShmVectorEnv
 from tests.envs import FaultyEnv
-from tests.helpers import assert_obs_equal
+from tests.test_vector_env import assert_reset_equal, assert_step_equal
 
 FNS = [functools.partial(FaultyEnv)] * 4
 
 
 def test_reset_and_step_in_two_halves_equal_sync(no_leaks):
+    """Observations, rewards, flags and infos (values, masks) equal SyncVectorEnv's, across episode
+    ends of both kinds and the autoreset steps after them."""
     with closing(ShmVectorEnv(FNS, start_method="fork", n_workers=2)) as env:
         want = gym.vector.SyncVectorEnv(FNS)
         env.reset_async(seed=3)
-        obs, infos = env.reset_wait(timeout=30)
-        w_obs, w_infos = want.reset(seed=3)
-        assert_obs_equal(obs, w_obs)
+        assert_reset_equal(env.reset_wait(timeout=30), want.reset(seed=3), "reset")
+        ends = set()
         for t in range(12):
             actions = np.array([t % 3] * 4)
             env.step_async(actions)
-            got = env.step_wait(timeout=30)
             exp = want.step(actions)
-            for a, b in zip(got[:4], exp[:4]):
-                assert_obs_equal(a, b, f"step {t}")
-            assert got[4].keys() == exp[4].keys()
+            assert_step_equal(env.step_wait(timeout=30), exp, f"step {t}")
+            ends |= {"terminated"} if exp[2].any() else set()
+            ends |= {"truncated"} if exp[3].any() else set()
         want.close()
+    assert ends == {"terminated", "truncated"}
 
 
 def test_step_wait_timeout_leaves_the_step_pending(no_leaks):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+from collections.abc import Callable
 from contextlib import closing
 from typing import Any
 
@@ -25,7 +26,7 @@ import shmvec
 from shmvec import ClosedError, EnvError, EnvTimeoutError, WorkerCrashedError
 from shmvec.restart import REASON_KEY, RESTARTED_KEY, restart_seed
 from shmvec.synthetic import SyntheticImageEnv, misbehave
-from tests.envs import FaultyEnv, TinyImageEnv, make_broken_env, make_dict_env, make_tuple_env
+from tests.envs import CRASHES, FaultyEnv, TinyImageEnv, make_broken_env, make_dict_env, make_tuple_env
 from tests.helpers import assert_obs_equal
 from tests.vector_envs import OptionsRecorderEnv, make_copied_mutating, make_mutating
 
@@ -112,10 +113,17 @@ def assert_step_equal(got: tuple, want: tuple, where: str) -> None:
 
 
 def run_both(
-    kind: str | tuple, mode: AutoresetMode, n_envs: int = 5, steps: int = 40, seed: int = 3, **kwargs
+    kind: str | tuple,
+    mode: AutoresetMode,
+    n_envs: int = 5,
+    steps: int = 40,
+    seed: int = 3,
+    wrap_reference: Callable[[gym.vector.VectorEnv], gym.vector.VectorEnv] | None = None,
+    **kwargs,
 ):
     """Step a ShmVectorEnv and a SyncVectorEnv with the same seeds and actions, compare every result.
-    ``kind``: a key of :data:`ENVS`, or its value (the factories for each).
+    ``kind``: a key of :data:`ENVS`, or its value (the factories for each). ``wrap_reference``: what
+    the SyncVectorEnv is wrapped in before it is compared (a reference computed in the test).
 
     DISABLED mode resets the envs that ended with ``options["reset_mask"]`` (and per-env seeds), as its
     users must. Half-way, both get an explicit ``reset()`` without a seed (each env's RNG goes on).
@@ -123,6 +131,8 @@ def run_both(
     """
     fn, ref_fn = ENVS[kind] if isinstance(kind, str) else kind
     ref = SyncVectorEnv([ref_fn] * n_envs, autoreset_mode=mode)
+    if wrap_reference is not None:
+        ref = wrap_reference(ref)
     env = make([fn] * n_envs, autoreset_mode=mode, **kwargs)
     ends = set()
     with closing(env), closing(ref):
@@ -569,10 +579,6 @@ def test_make_vec_imports_the_module_named_in_the_id(no_leaks):
 
 N_ENVS = 4
 ACTIONS = np.ones(N_ENVS, np.int64)
-CRASH = {
-    "kill": r"worker 1 \(pid \d+, envs 2\.\.3\) was killed by signal SIGKILL during {command}",
-    "segv": r"worker 1 \(pid \d+, envs 2\.\.3\) was killed by signal SIGSEGV during {command}",
-}
 # Where the victim misbehaves: FaultyEnv's `where`, its `at`, and how the test triggers it.
 WHERE = {"step": ("step", 3), "reset": ("reset", 2), "call": ("method", 1)}
 
@@ -622,7 +628,7 @@ def test_fault_in_raise_mode(no_leaks, fault, where):
             ) as info:
                 trigger(env, where)
         else:
-            with pytest.raises(WorkerCrashedError, match=CRASH[fault].format(command=command)) as info:
+            with pytest.raises(WorkerCrashedError, match=CRASHES[fault].format(command=command)) as info:
                 trigger(env, where)
             assert info.value.exitcode is not None and info.value.worker_pid is not None
         assert info.value.worker_index == 1 and info.value.env_indices == [2, 3]
@@ -658,8 +664,8 @@ def test_stepping_on_after_an_env_error(no_leaks, codec):
 
 
 def _restart_reason(fault: str, command: str) -> str:
-    if fault in CRASH:
-        return CRASH[fault].format(command=command)
+    if fault in CRASHES:
+        return CRASHES[fault].format(command=command)
     if fault == "raise":
         return rf"env 3 raised RuntimeError during {command}: simulated env failure"
     return rf"worker 1 \(pid \d+, envs 2\.\.3\) did not answer {command} within 1 s"
