@@ -10,8 +10,9 @@ from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
 
 from shmvec import ShmVecEnv
 from shmvec.synthetic import SyntheticImageEnv
+from shmvec.testing import EquivalenceReport, assert_equivalent
 from tests.envs import make_dict_env, make_tuple_env
-from tests.helpers import assert_obs_equal, assert_step_equal, sample_actions
+from tests.helpers import assert_obs_equal, sample_actions
 from tests.vector_envs import OMITTED, OptionsRecorderEnv
 
 ENVS = {
@@ -21,27 +22,10 @@ ENVS = {
 }
 
 
-def run_both(make, n_envs: int, steps: int = 60, seed: int = 7, **shm_kwargs):
-    fns = [make] * n_envs
-    ref = DummyVecEnv(fns)
-    with ShmVecEnv(fns, **shm_kwargs) as env:
-        rng = np.random.default_rng(seed)
-        for vec in (ref, env):
-            vec.seed(seed)
-            vec.set_options({"level": 1})
-        assert_obs_equal(env.reset(), ref.reset(), "reset obs")
-        assert env.reset_infos == ref.reset_infos
-        for t in range(steps):
-            actions = sample_actions(env.action_space, n_envs, rng)
-            got = env.step(actions)
-            want = ref.step(actions)
-            assert_step_equal(got, want, t)
-            assert env.reset_infos == ref.reset_infos, f"step {t} reset_infos"
-        # A second explicit reset without seeds continues each env's RNG, like DummyVecEnv.
-        assert_obs_equal(env.reset(), ref.reset(), "second reset obs")
-        dones_seen = got[2]
-    ref.close()
-    return dones_seen
+def run_both(make, n_envs: int, steps: int = 60, seed: int = 7, **shm_kwargs) -> EquivalenceReport:
+    """ShmVecEnv against DummyVecEnv through :func:`shmvec.testing.assert_equivalent`: every array of
+    every step and reset, the reset infos, options at the first reset, an explicit reset half-way."""
+    return assert_equivalent([make] * n_envs, steps, seed, options={"level": 1}, **shm_kwargs)
 
 
 @pytest.mark.parametrize("kind", sorted(ENVS))
