@@ -134,11 +134,16 @@ def value_difference(
         at = f" at index {where}: {_short(got[where])} != {_short(want[where])}" if where else ""
         return Difference(field, f"values differ{at}")
     if type(got) is not type(want):
-        types = f"({type(got).__name__} != {type(want).__name__})"
+        types = f"({_type_name(got)} != {_type_name(want)})"
         return Difference(field, f"{_short(got)} != {_short(want)} {types}")
     if got == want or (_is_nan(got) and _is_nan(want)):
         return None
     return Difference(field, f"{_short(got)} != {_short(want)}")
+
+
+def _type_name(x: Any) -> str:
+    t = type(x)
+    return t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
 
 
 def _equal_elements(a: np.ndarray, b: np.ndarray) -> np.ndarray:

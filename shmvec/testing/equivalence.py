@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import functools
 import re
+import textwrap
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -31,6 +32,7 @@ from shmvec.testing.compare import (
 
 FACES = ("sb3", "gymnasium")
 SEEDS_GUIDE = 'docs/guides/seeds.md, "When shmvec and the reference differ"'
+WIDTH = 88
 # Spaces whose samples stack into one array: SB3 sends a batch of those as an ndarray, of the others
 # (Dict, Tuple) as a list of per-env actions.
 _ARRAY_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
@@ -133,25 +135,30 @@ Found = tuple[str, Difference] | None
 
 
 def _message(face: str, when: str, d: Difference, seed: int) -> str:
+    """The error: the difference, then the usual causes (the likeliest first), in lines of at most
+    :data:`WIDTH` characters (but for long values) so that a terminal or a docs page shows it whole."""
     shm, ref = ("ShmVecEnv", "DummyVecEnv") if face == "sb3" else ("ShmVectorEnv", "SyncVectorEnv")
     env = "the whole batch" if d.env is None else f"env {d.env}"
     keys = re.findall(r"\[('[^']*')\]", d.field)
     causes = [
         "the env draws from numpy's or Python's global RNG (np.random.*, random.*) instead of "
-        f"self.np_random: in {ref} the envs draw in turn from this process's one stream, under shmvec "
-        "each worker process has a copy of its own",
+        f"self.np_random: in {ref} the envs draw in turn from this process's one stream, under "
+        "shmvec each worker process has a copy of its own",
         "the env's construction is not seeded (a Generator made without a seed, the time) or the "
         "factory shares state between the envs it builds (a counter, a module-level object)",
-        "an info value that is no function of the seed and the actions (wall-clock time, a process "
-        f"id): leave it out with ignore_info_keys=[{keys[-1] if keys else '...'}]",
+        "an info value that is no function of the seed and the actions (wall-clock time, a "
+        f"process id): leave it out with ignore_info_keys=[{keys[-1] if keys else '...'}]",
     ]
     if d.field.startswith("info"):
         causes.insert(0, causes.pop())
-    lines = "\n".join(f"  - {c}" for c in causes)
-    return (
-        f"{shm} and {ref} differ at {when}, {env}, in {d.field}: {d.detail} (shmvec's value first; "
-        f"seed={seed}, the same actions)\nUsual causes (see {SEEDS_GUIDE}):\n{lines}"
-    )
+    lines = [
+        f"{shm} and {ref} differ at {when}, {env}, in {d.field}:",
+        f"  {d.detail}",
+        f"  (shmvec's value first; seed={seed}, the same actions in both)",
+        f"Usual causes ({SEEDS_GUIDE}):",
+        *(textwrap.fill(c, WIDTH, initial_indent="  - ", subsequent_indent="    ") for c in causes),
+    ]
+    return "\n".join(lines)
 
 
 def sample_actions(space: spaces.Space, n_envs: int) -> Any:
