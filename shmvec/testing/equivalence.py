@@ -33,6 +33,8 @@ from shmvec.testing.compare import (
 FACES = ("sb3", "gymnasium")
 SEEDS_GUIDE = 'docs/guides/seeds.md, "When shmvec and the reference differ"'
 WIDTH = 88
+# Info keys the VecEnvs add themselves (SB3's and Gymnasium's), never the user's to leave out.
+_VEC_ENV_KEYS = ("TimeLimit.truncated", "terminal_observation", "final_obs", "final_info")
 # Spaces whose samples stack into one array: SB3 sends a batch of those as an ndarray, of the others
 # (Dict, Tuple) as a list of per-env actions.
 _ARRAY_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
@@ -139,7 +141,9 @@ def _message(face: str, when: str, d: Difference, seed: int) -> str:
     :data:`WIDTH` characters (but for long values) so that a terminal or a docs page shows it whole."""
     shm, ref = ("ShmVecEnv", "DummyVecEnv") if face == "sb3" else ("ShmVectorEnv", "SyncVectorEnv")
     env = "the whole batch" if d.env is None else f"env {d.env}"
-    keys = re.findall(r"\[('[^']*')\]", d.field)
+    keys = [k for k in re.findall(r"\['([^']*)'\]", d.field) if k not in _VEC_ENV_KEYS]
+    # A value from the env's info dict (not one the VecEnv adds): its cause is likely the value itself.
+    info_value = d.field.startswith("info") and bool(keys)
     causes = [
         "the env draws from numpy's or Python's global RNG (np.random.*, random.*) instead of "
         f"self.np_random: in {ref} the envs draw in turn from this process's one stream, under "
@@ -147,9 +151,9 @@ def _message(face: str, when: str, d: Difference, seed: int) -> str:
         "the env's construction is not seeded (a Generator made without a seed, the time) or the "
         "factory shares state between the envs it builds (a counter, a module-level object)",
         "an info value that is no function of the seed and the actions (wall-clock time, a "
-        f"process id): leave it out with ignore_info_keys=[{keys[-1] if keys else '...'}]",
+        f"process id): leave it out with ignore_info_keys=[{repr(keys[-1]) if info_value else '...'}]",
     ]
-    if d.field.startswith("info"):
+    if info_value:
         causes.insert(0, causes.pop())
     lines = [
         f"{shm} and {ref} differ at {when}, {env}, in {d.field}:",
@@ -191,45 +195,68 @@ def _run_sb3(
         ref.close()
 
 
+def _drive(
+    face: str,
+    n_envs: int,
+    steps: int,
+    first_reset: Callable[[], Difference | None],
+    reset: Callable[[], Difference | None],
+    step: Callable[[int], tuple[Found, int, int]],
+) -> tuple[EquivalenceReport, Found]:
+    """The sequence both faces compare: the first reset, ``steps`` steps (``step(t)`` returns what it
+    found and the episodes that ended by termination and by truncation), one explicit reset
+    half-way; stopped at the first difference."""
+    ended = [0, 0]
+
+    def report(done: int) -> EquivalenceReport:
+        return EquivalenceReport(face, n_envs, done, *ended)
+
+    if d := first_reset():
+        return report(0), ("reset", d)
+    for t in range(steps):
+        if t and t == steps // 2 and (d := reset()):
+            return report(t), (f"the explicit reset before step {t}", d)
+        found, terminated, truncated = step(t)
+        if found:
+            return report(t), found
+        ended[0] += terminated
+        ended[1] += truncated
+    return report(steps), None
+
+
 def _compare_sb3(
     env: Any, ref: Any, steps: int, seed: int, ignore: InfoKeys, options: dict | None
 ) -> tuple[EquivalenceReport, Found]:
     n = ref.num_envs
-    ends = {"terminated": 0, "truncated": 0}
-
-    def report(done: int) -> EquivalenceReport:
-        return EquivalenceReport("sb3", n, done, ends["terminated"], ends["truncated"])
-
-    found = _spaces_difference(env, ref, ("observation_space", "action_space"))
-    if found:
-        return report(0), found
+    if found := _spaces_difference(env, ref, ("observation_space", "action_space")):
+        return EquivalenceReport("sb3", n, 0, 0, 0), found
     space = ref.observation_space
+    actions_space = copy.deepcopy(ref.action_space)
+    actions_space.seed(seed)
 
     def reset_infos_difference() -> Difference | None:
         return info_dicts_difference(env.reset_infos, ref.reset_infos, "reset_info", ignore)
 
-    def reset_difference() -> Difference | None:
+    def reset() -> Difference | None:
         got, want = env.reset(), ref.reset()
         return batch_difference(got, want, "obs", obs_of_env(space), n) or reset_infos_difference()
 
-    for vec in (env, ref):
-        vec.seed(seed)
-        if options:
-            vec.set_options(options)
-    if d := reset_difference():
-        return report(0), ("reset", d)
-    actions_space = copy.deepcopy(ref.action_space)
-    actions_space.seed(seed)
-    for t in range(steps):
-        if t and t == steps // 2 and (d := reset_difference()):
-            return report(t), (f"the explicit reset before step {t}", d)
+    def first_reset() -> Difference | None:
+        for vec in (env, ref):
+            vec.seed(seed)
+            if options:
+                vec.set_options(options)
+        return reset()
+
+    def step(t: int) -> tuple[Found, int, int]:
         actions = sample_actions(actions_space, n)
         got, want = env.step(actions), ref.step(actions)
         if d := sb3_step_difference(got, want, ignore, space) or reset_infos_difference():
-            return report(t), (f"step {t}", d)
-        for i in np.flatnonzero(want[2]):
-            ends["truncated" if want[3][i].get("TimeLimit.truncated") else "terminated"] += 1
-    return report(steps), None
+            return (f"step {t}", d), 0, 0
+        truncated = sum(bool(want[3][i].get("TimeLimit.truncated")) for i in np.flatnonzero(want[2]))
+        return None, int(np.sum(want[2])) - truncated, truncated
+
+    return _drive("sb3", n, steps, first_reset, reset, step)
 
 
 def _run_gymnasium(
@@ -255,37 +282,30 @@ def _compare_gymnasium(
     env: Any, ref: Any, mode: Any, steps: int, seed: int, ignore: InfoKeys, options: dict | None
 ) -> tuple[EquivalenceReport, Found]:
     n = ref.num_envs
-    ends = {"terminated": 0, "truncated": 0}
-
-    def report(done: int) -> EquivalenceReport:
-        return EquivalenceReport("gymnasium", n, done, ends["terminated"], ends["truncated"])
-
-    found = _spaces_difference(env, ref, ("single_observation_space", "single_action_space"))
-    if found:
-        return report(0), found
+    if found := _spaces_difference(env, ref, ("single_observation_space", "single_action_space")):
+        return EquivalenceReport("gymnasium", n, 0, 0, 0), found
+    actions_space = gym.vector.utils.batch_space(copy.deepcopy(ref.single_action_space), n)
+    actions_space.seed(seed)
 
     def difference(got: tuple, want: tuple) -> Difference | None:
         return gymnasium_difference(got, want, ignore, ref.single_observation_space, n)
 
-    if d := difference(env.reset(seed=seed, options=options), ref.reset(seed=seed, options=options)):
-        return report(0), ("reset", d)
-    space = gym.vector.utils.batch_space(copy.deepcopy(ref.single_action_space), n)
-    space.seed(seed)
-    for t in range(steps):
-        if t and t == steps // 2 and (d := difference(env.reset(), ref.reset())):
-            return report(t), (f"the explicit reset before step {t}", d)
-        actions = space.sample()
+    def first_reset() -> Difference | None:
+        return difference(env.reset(seed=seed, options=options), ref.reset(seed=seed, options=options))
+
+    def step(t: int) -> tuple[Found, int, int]:
+        actions = actions_space.sample()
         got, want = env.step(actions), ref.step(actions)
         if d := difference(got, want):
-            return report(t), (f"step {t}", d)
-        ends["terminated"] += int(np.sum(want[2]))
-        ends["truncated"] += int(np.sum(want[3]))
-        done = want[2] | want[3]
+            return (f"step {t}", d), 0, 0
+        done, ended = want[2] | want[3], (int(np.sum(want[2])), int(np.sum(want[3])))
         if mode == gym.vector.AutoresetMode.DISABLED and done.any():
             # DISABLED: the caller resets the envs that ended, with seeds of its own.
-            seeds = [seed * 1000 + 10 * t + i if ended else None for i, ended in enumerate(done)]
+            seeds = [seed * 1000 + 10 * t + i if d else None for i, d in enumerate(done)]
             masks = [{**(options or {}), "reset_mask": done.copy()} for _ in range(2)]  # Sync pops it
             got, want = env.reset(seed=seeds, options=masks[0]), ref.reset(seed=seeds, options=masks[1])
             if d := difference(got, want):
-                return report(t + 1), (f"the masked reset after step {t}", d)
-    return report(steps), None
+                return (f"the masked reset after step {t}", d), 0, 0
+        return None, *ended
+
+    return _drive("gymnasium", n, steps, first_reset, lambda: difference(env.reset(), ref.reset()), step)

@@ -6,7 +6,9 @@ Opt-in: ``pytest -p shmvec.testing``, or ``pytest_plugins = ["shmvec.testing"]``
 case; all the backends of one env and ``n_envs`` share a group, so pytest-benchmark's table puts
 them side by side and ``--benchmark-compare`` compares each with its saved self::
 
-    import pytest
+    from typing import Any
+
+import pytest
 
     @pytest.mark.parametrize("n_envs", [4, 8])
     def test_step_speed(vec_env_benchmark, n_envs):
@@ -17,6 +19,8 @@ Needs pytest-benchmark (the ``bench`` extra).
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from shmvec.testing.benchmark import DEFAULT_BACKENDS, VecEnvBenchmark
@@ -26,7 +30,9 @@ BACKEND_FIXTURE = "vec_env_backend"
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Declare the marker."""
+    """Declare the marker; refuse to run without pytest-benchmark, whose fixture times the cases."""
+    if not config.pluginmanager.hasplugin("benchmark"):
+        raise pytest.UsageError("shmvec.testing's plugin needs pytest-benchmark: pip install 'shmvec[bench]'")
     config.addinivalue_line(
         "markers",
         f"{MARKER}(*names): the backends vec_env_benchmark times this test with "
@@ -63,9 +69,12 @@ def vec_env_backend(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def vec_env_benchmark(request: pytest.FixtureRequest, vec_env_backend: str) -> VecEnvBenchmark:
+def vec_env_benchmark(
+    request: pytest.FixtureRequest, benchmark: Any, vec_env_backend: str
+) -> VecEnvBenchmark:
     """Call it once with your env factories to time this case's backend: see
-    :class:`shmvec.testing.VecEnvBenchmark`. The VecEnv is closed before the call returns."""
-    if not request.config.pluginmanager.hasplugin("benchmark"):
-        pytest.fail("vec_env_benchmark needs pytest-benchmark: pip install 'shmvec[bench]'")
-    return VecEnvBenchmark(request.getfixturevalue("benchmark"), vec_env_backend, request.node.originalname)
+    :class:`shmvec.testing.VecEnvBenchmark`. The VecEnv is closed before the call returns.
+
+    It asks for pytest-benchmark's ``benchmark`` fixture by name, so pytest-benchmark's
+    ``--benchmark-only`` and ``--benchmark-skip`` see these tests as benchmarks."""
+    return VecEnvBenchmark(benchmark, vec_env_backend, request.node.originalname)
