@@ -130,8 +130,10 @@ def test_users_files_run_with_the_plugin(pytester: pytest.Pytester, monkeypatch,
 
 @pytest.mark.slow
 def test_backends_marker_and_errors(pytester: pytest.Pytester, monkeypatch):
-    """``vec_env_backends`` chooses the backends; a wrong name or a missing n_envs says what to do."""
+    """The ``vec_env_backends`` marker, else the ini option, chooses the backends; a wrong name or a
+    missing n_envs says what to do."""
     require("pytest_benchmark", "pip install pytest-benchmark")
+    pytester.makeini("[pytest]\nvec_env_backends = dummy shm\n")
     pytester.makepyfile(
         test_gym="""
         import functools
@@ -143,6 +145,9 @@ def test_backends_marker_and_errors(pytester: pytest.Pytester, monkeypatch):
         @pytest.mark.vec_env_backends("sync", "shm-vector")
         def test_gymnasium_backends(vec_env_benchmark):
             assert vec_env_benchmark(make_env, 2) > 0
+
+        def test_ini_backends(vec_env_benchmark):
+            assert vec_env_benchmark([make_env] * 2) > 0
 
         @pytest.mark.vec_env_backends("bogus")
         def test_unknown_backend(vec_env_benchmark):
@@ -157,11 +162,13 @@ def test_backends_marker_and_errors(pytester: pytest.Pytester, monkeypatch):
     result = pytester.runpytest_subprocess(
         "-p", "shmvec.testing", "-p", "no:cacheprovider", "--benchmark-max-time=0.01", "-v", timeout=300
     )
-    result.assert_outcomes(passed=3, errors=1)
+    result.assert_outcomes(passed=5, errors=1)
     result.stdout.fnmatch_lines(
         [
             "*test_gymnasium_backends?sync? PASSED*",
             "*test_gymnasium_backends?shm-vector? PASSED*",
+            "*test_ini_backends?dummy? PASSED*",
+            "*test_ini_backends?shm? PASSED*",
             "*unknown backend 'bogus'; choose from dummy, subproc, shm*",
         ]
     )

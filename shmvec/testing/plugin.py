@@ -2,13 +2,12 @@
 
 Opt-in: ``pytest -p shmvec.testing``, or ``pytest_plugins = ["shmvec.testing"]`` in your top-level
 ``conftest.py``. A test that uses the fixture is run once per backend (``dummy``, ``subproc``,
-``shm`` unless its ``@pytest.mark.vec_env_backends(...)`` names others), each a pytest-benchmark
-case; all the backends of one env and ``n_envs`` share a group, so pytest-benchmark's table puts
-them side by side and ``--benchmark-compare`` compares each with its saved self::
+``shm`` unless its ``@pytest.mark.vec_env_backends(...)`` or the ini option ``vec_env_backends``
+names others), each a pytest-benchmark case; all the backends of one env and ``n_envs`` share a
+group, so pytest-benchmark's table puts them side by side and ``--benchmark-compare`` compares each
+with its saved self::
 
-    from typing import Any
-
-import pytest
+    import pytest
 
     @pytest.mark.parametrize("n_envs", [4, 8])
     def test_step_speed(vec_env_benchmark, n_envs):
@@ -27,6 +26,16 @@ from shmvec.testing.benchmark import DEFAULT_BACKENDS, VecEnvBenchmark
 
 MARKER = "vec_env_backends"
 BACKEND_FIXTURE = "vec_env_backend"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """The ini option ``vec_env_backends``: the backends of every test that has no marker."""
+    parser.addini(
+        MARKER,
+        type="args",
+        default=list(DEFAULT_BACKENDS),
+        help=f"backends vec_env_benchmark times each test with (default: {' '.join(DEFAULT_BACKENDS)})",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -56,7 +65,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if BACKEND_FIXTURE not in metafunc.fixturenames or _parametrized_by_test(metafunc, BACKEND_FIXTURE):
         return
     marker = metafunc.definition.get_closest_marker(MARKER)
-    backends = tuple(marker.args) if marker is not None and marker.args else DEFAULT_BACKENDS
+    backends = tuple(marker.args) if marker is not None and marker.args else metafunc.config.getini(MARKER)
     metafunc.parametrize(BACKEND_FIXTURE, backends, indirect=True)
 
 
