@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+# The vec_env_benchmark fixture that benchmarks/test_vec_envs.py times its cases with.
+pytest_plugins = ["shmvec.testing"]
+
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(

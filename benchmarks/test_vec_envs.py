@@ -12,22 +12,22 @@ Select by keyword (ids look like ``pong_raw-shm-n8``) or marker:
     python -m pytest benchmarks/ --benchmark-only --benchmark-compare=0001_main
 
 Each case is one group per workload and n_envs (``--benchmark-group-by=group``, the default), so the
-backends of a group are compared side by side; ``extra_info`` holds env steps/s.
+backends of a group are compared side by side; ``extra_info`` holds env steps/s. The cases are timed
+by shmvec's own pytest plugin (``vec_env_benchmark``, :mod:`shmvec.testing`, loaded by
+``benchmarks/conftest.py``), the one users load in their test suites; pytest-benchmark's options
+(``--benchmark-max-time``, default 1 s, ``--benchmark-min-rounds``) set how long each case runs.
 """
 
 from __future__ import annotations
 
-import itertools
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import gymnasium as gym
-import numpy as np
 import pytest
 
-from shmvec.bench.backends import make_vec_env
 from shmvec.bench.envs import env_factory
+from shmvec.testing import VecEnvBenchmark
 
 SYN = "shmvec.synthetic:SyntheticImageEnv"
 N_ENVS = (1, 2, 4, 8, 16)
@@ -67,7 +67,8 @@ FIRST_BACKENDS = ("dummy", "subproc", "shm")
 
 
 def cases() -> list:
-    """Every (workload, backend, n_envs) case as a ``pytest.param`` with an id and markers."""
+    """Every (workload, backend, n_envs) case as a ``pytest.param`` with an id and markers; the
+    backend is the plugin's ``vec_env_backend`` (``shm_wn``: ``shm`` with one worker per env)."""
     out = []
     for w in WORKLOADS:
         backends = (*BACKENDS, "shm_wn") if w.name.startswith("io") else BACKENDS
@@ -76,41 +77,23 @@ def cases() -> list:
                 if b == "dummy" and w.name.startswith("io") and n > 8:
                     continue  # 64 envs x ~110 ms in sequence: 7 s a step, and nothing to learn
                 marks = [pytest.mark.first] if (w.name, n) in FIRST and b in FIRST_BACKENDS else []
-                out.append(pytest.param(w, b, n, id=f"{w.name}-{b}-n{n}", marks=marks))
+                out.append(pytest.param(w, b.removesuffix("_wn"), n, b, id=f"{w.name}-{b}-n{n}", marks=marks))
     return out
 
 
-# Seconds of stepping each case aims for (the number of rounds is set from a few timed steps).
-TARGET_S = 1.5
-MIN_ROUNDS, MAX_ROUNDS = 5, 2000
-
-
-@pytest.mark.parametrize(("workload", "backend", "n_envs"), cases())
-def test_step(benchmark, workload: Workload, backend: str, n_envs: int) -> None:
+@pytest.mark.parametrize(("workload", "vec_env_backend", "n_envs", "label"), cases())
+def test_step(vec_env_benchmark: VecEnvBenchmark, workload: Workload, n_envs: int, label: str) -> None:
     """One batch step (step_async + step_wait) of ``n_envs`` envs, random actions."""
     if workload.needs_atari:
         pytest.importorskip("ale_py")
-    n_workers = n_envs if backend == "shm_wn" else None
-    venv = make_vec_env(backend.removesuffix("_wn"), [workload.factory] * n_envs, n_workers)
-    try:
-        venv.seed(0)
-        venv.reset()
-        venv.action_space.seed(0)
-        actions = [np.array([venv.action_space.sample() for _ in range(n_envs)]) for _ in range(64)]
-        k = itertools.count()
-
-        def step() -> None:
-            venv.step_async(actions[next(k) % 64])
-            venv.step_wait()
-
-        start = time.perf_counter()
-        for _ in range(3):  # warm-up, and the step time that sizes the rounds
-            step()
-        per_step = (time.perf_counter() - start) / 3
-        rounds = int(min(MAX_ROUNDS, max(MIN_ROUNDS, TARGET_S / per_step)))
-        benchmark.group = f"{workload.name} n={n_envs}"
-        benchmark.extra_info.update(workload=workload.name, backend=backend, n_envs=n_envs)
-        benchmark.pedantic(step, rounds=rounds, iterations=1, warmup_rounds=1)
-        benchmark.extra_info["env_steps_per_s"] = n_envs / benchmark.stats.stats.median
-    finally:
-        venv.close()
+    n_workers = n_envs if label == "shm_wn" else None
+    # Started as ShmVecEnv's default (forkserver), as these figures always were; extra_info keeps
+    # this matrix's own names (matrix_summary.py reads "workload" and "backend").
+    vec_env_benchmark(
+        workload.factory,
+        n_envs,
+        name=workload.name,
+        start_method="forkserver",
+        n_workers=n_workers,
+        extra_info={"workload": workload.name, "backend": label},
+    )

@@ -13,56 +13,32 @@ from typing import Any
 
 import numpy as np
 
+from shmvec.testing.compare import Difference, InfoKeys, sb3_step_difference, value_difference
+from shmvec.testing.equivalence import sample_actions as sample_batch
+
+
+def check(found: Difference | None, where: str = "") -> None:
+    """Fail with what :mod:`shmvec.testing.compare` found, if anything."""
+    if found is not None:
+        env = "" if found.env is None else f" (env {found.env})"
+        raise AssertionError(f"{where}{' ' if where else ''}{found.field}{env}: {found.detail}")
+
 
 def assert_obs_equal(a: Any, b: Any, where: str = "obs", ordered: bool = True) -> None:
     """Exact equality of observations (array, dict or tuple), including dtype and (if ``ordered``)
     dict key order."""
-    if isinstance(b, dict):
-        assert isinstance(a, dict), f"{where}: {type(a).__name__} is not a dict"
-        if ordered:
-            assert list(a) == list(b), f"{where}: key order {list(a)} != {list(b)}"
-        assert set(a) == set(b), f"{where}: keys {sorted(a)} != {sorted(b)}"
-        for k in b:
-            assert_obs_equal(a[k], b[k], f"{where}[{k!r}]", ordered)
-    elif isinstance(b, tuple):
-        assert isinstance(a, tuple) and len(a) == len(b), f"{where}: tuple mismatch"
-        for i, (x, y) in enumerate(zip(a, b)):
-            assert_obs_equal(x, y, f"{where}[{i}]", ordered)
-    else:
-        a, b = np.asarray(a), np.asarray(b)
-        assert a.dtype == b.dtype, f"{where}: dtype {a.dtype} != {b.dtype}"
-        assert a.shape == b.shape, f"{where}: shape {a.shape} != {b.shape}"
-        np.testing.assert_array_equal(a, b, err_msg=where)
-
-
-def assert_info_equal(a: dict, b: dict, where: str) -> None:
-    assert list(a) == list(b), f"{where}: info keys {list(a)} != {list(b)}"
-    for k in b:
-        if k == "episode":  # Monitor's episode record: 't' is wall-clock time, never equal
-            assert (a[k]["r"], a[k]["l"]) == (b[k]["r"], b[k]["l"]), f"{where}[episode]"
-        elif isinstance(b[k], (np.ndarray, dict, tuple)):
-            # DummyVecEnv passes the env's own terminal dict through (the env's key order); shmvec
-            # rebuilds it in the observation space's order. Consumers index by key.
-            assert_obs_equal(a[k], b[k], f"{where}[{k!r}]", ordered=k != "terminal_observation")
-        else:
-            assert a[k] == b[k], f"{where}[{k!r}]: {a[k]!r} != {b[k]!r}"
+    check(value_difference(a, b, where, ordered))
 
 
 def assert_step_equal(got: tuple, want: tuple, t: int) -> None:
-    obs, rewards, dones, infos = got
-    w_obs, w_rewards, w_dones, w_infos = want
-    assert_obs_equal(obs, w_obs, f"step {t} obs")
-    assert_obs_equal(rewards, w_rewards, f"step {t} rewards")
-    assert_obs_equal(dones, w_dones, f"step {t} dones")
-    assert len(infos) == len(w_infos)
-    for i, (x, y) in enumerate(zip(infos, w_infos)):
-        assert_info_equal(x, y, f"step {t} infos[{i}]")
+    """Two results of SB3's ``step_wait()``, as :func:`shmvec.testing.assert_equivalent` compares them."""
+    check(sb3_step_difference(got, want, InfoKeys()), f"step {t}")
 
 
-def sample_actions(space, n: int, rng: np.random.Generator) -> np.ndarray:
+def sample_actions(space, n: int, rng: np.random.Generator) -> Any:
     """A batch of actions shaped and typed the way SB3 sends them for this action space."""
     space.seed(int(rng.integers(1 << 31)))
-    return np.array([space.sample() for _ in range(n)])
+    return sample_batch(space, n)
 
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -112,3 +88,15 @@ def wait_until(condition: Callable[[], bool], what: str, timeout: float = 60.0) 
     while not condition():
         assert time.monotonic() < deadline, f"not within {timeout:g} s: {what}"
         time.sleep(0.005)
+
+
+def equivalent_with_statuses(fns: list, steps: int, wrap_reference: Any = None, **options: Any) -> list:
+    """``shmvec.testing.assert_equivalent`` of ``fns`` (SB3 face, fork), then each env's
+    ``native_steps`` status, read from a ShmVecEnv built with the same options."""
+    from shmvec import ShmVecEnv
+    from shmvec.testing import assert_equivalent
+
+    options.setdefault("start_method", "fork")
+    assert_equivalent(fns, steps, seed=5, wrap_reference=wrap_reference, **options)
+    with ShmVecEnv(fns, **options) as env:
+        return env.native_steps

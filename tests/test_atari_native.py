@@ -26,7 +26,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv, VecFrameStack
 import shmvec
 from shmvec import ShmVecEnv
 from shmvec.atari import emulator
-from tests.helpers import assert_step_equal, require
+from tests.helpers import assert_step_equal, equivalent_with_statuses, require
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -196,15 +196,7 @@ def _sb3_factory(env_id: str, extra: str | None = None, monitor: bool = True, **
 
 
 def _compare_dummy(fns, steps: int = 150, **options):
-    ref = DummyVecEnv(fns)
-    with ShmVecEnv(fns, start_method="fork", **options) as got, closing(ref):
-        got.seed(5), ref.seed(5)
-        assert np.array_equal(got.reset(), ref.reset())
-        rng = np.random.default_rng(5)
-        for t in range(steps):
-            actions = rng.integers(0, got.action_space.n, len(fns))
-            assert_step_equal(got.step(actions), ref.step(actions), t)
-        return got.native_steps
+    return equivalent_with_statuses(fns, steps, **options)
 
 
 @pytest.mark.parametrize(

@@ -74,6 +74,11 @@ DOCUMENTED_MODULES = [
     "shmvec.engine.autoworkers",
     "shmvec.bench.report",
     "shmvec.bench.train",
+    "shmvec.testing",
+    "shmvec.testing.compare",
+    "shmvec.testing.equivalence",
+    "shmvec.testing.benchmark",
+    "shmvec.testing.plugin",
 ]
 
 

@@ -10,8 +10,9 @@ from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
 
 from shmvec import ShmVecEnv
 from shmvec.synthetic import SyntheticImageEnv
+from shmvec.testing import EquivalenceReport, assert_equivalent
 from tests.envs import make_dict_env, make_tuple_env
-from tests.helpers import assert_obs_equal, assert_step_equal, require, sample_actions
+from tests.helpers import assert_obs_equal, require, sample_actions
 from tests.vector_envs import OMITTED, OptionsRecorderEnv
 
 ENVS = {
@@ -21,33 +22,13 @@ ENVS = {
 }
 
 
-def run_both(make, n_envs: int, steps: int = 60, seed: int = 7, **shm_kwargs):
-    fns = [make] * n_envs
-    ref = DummyVecEnv(fns)
-    with ShmVecEnv(fns, **shm_kwargs) as env:
-        rng = np.random.default_rng(seed)
-        for vec in (ref, env):
-            vec.seed(seed)
-            vec.set_options({"level": 1})
-        assert_obs_equal(env.reset(), ref.reset(), "reset obs")
-        assert env.reset_infos == ref.reset_infos
-        ends = set()
-        for t in range(steps):
-            actions = sample_actions(env.action_space, n_envs, rng)
-            got = env.step(actions)
-            want = ref.step(actions)
-            assert_step_equal(got, want, t)
-            assert env.reset_infos == ref.reset_infos, f"step {t} reset_infos"
-            ends |= {
-                "truncated" if info["TimeLimit.truncated"] else "terminated"
-                for info in want[3]
-                if "terminal_observation" in info
-            }
-        # A second explicit reset without seeds continues each env's RNG, like DummyVecEnv.
-        assert_obs_equal(env.reset(), ref.reset(), "second reset obs")
-    ref.close()
+def run_both(make, n_envs: int, steps: int = 60, seed: int = 7, **shm_kwargs) -> EquivalenceReport:
+    """ShmVecEnv against DummyVecEnv through :func:`shmvec.testing.assert_equivalent`: every array of
+    every step and reset, the reset infos, options at the first reset, an explicit reset half-way."""
+    report = assert_equivalent([make] * n_envs, steps, seed, options={"level": 1}, **shm_kwargs)
     # Terminal observations, time-limit flags and reset infos were only compared if episodes ended.
-    assert ends == {"terminated", "truncated"}, f"episodes ended only as {ends or 'nothing'}"
+    assert report.terminated and report.truncated, f"episodes ended only as {report}"
+    return report
 
 
 @pytest.mark.parametrize("kind", sorted(ENVS))

@@ -15,7 +15,7 @@ from gymnasium import spaces
 from stable_baselines3.common.vec_env import DummyVecEnv, VecFrameStack
 
 from shmvec import EnvError, ShmVecEnv
-from tests.helpers import ROOT, assert_step_equal
+from tests.helpers import ROOT, equivalent_with_statuses
 
 
 def _example() -> Any:
@@ -66,16 +66,7 @@ class Counter(gym.Env):
 
 
 def _compare(fns, steps: int = 120, ref_wrap=None, **options) -> list:
-    ref = DummyVecEnv(fns)
-    ref = ref_wrap(ref) if ref_wrap else ref
-    with ShmVecEnv(fns, start_method="fork", n_workers=2, **options) as env, closing(ref):
-        env.seed(1), ref.seed(1)
-        assert np.array_equal(env.reset(), ref.reset())
-        rng = np.random.default_rng(1)
-        for t in range(steps):
-            actions = rng.integers(0, env.action_space.n, len(fns))
-            assert_step_equal(env.step(actions), ref.step(actions), t)
-        return env.native_steps
+    return equivalent_with_statuses(fns, steps, ref_wrap, n_workers=2, **options)
 
 
 def test_example_env_is_native_and_equals_dummy(no_leaks):

@@ -34,6 +34,7 @@ PAGES = [
     "guides/gymnasium/",
     "guides/codecs/",
     "guides/ray/",
+    "guides/testing/",
     "benchmarks/",
     "learning-curve/",
     "api/",

@@ -26,19 +26,21 @@ import shmvec
 from shmvec import ClosedError, EnvError, EnvTimeoutError, WorkerCrashedError
 from shmvec.restart import REASON_KEY, RESTARTED_KEY, restart_seed
 from shmvec.synthetic import SyntheticImageEnv, misbehave
+from shmvec.testing import assert_equivalent
+from shmvec.testing.compare import gymnasium_difference, value_difference
 from tests.envs import CRASHES, FaultyEnv, TinyImageEnv, make_broken_env, make_dict_env, make_tuple_env
-from tests.helpers import assert_obs_equal
-from tests.vector_envs import OptionsRecorderEnv, make_copied_mutating, make_mutating
+from tests.helpers import assert_obs_equal, check
+from tests.vector_envs import OptionsRecorderEnv, make_mutating
 
 NEXT, SAME, DISABLED = AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP, AutoresetMode.DISABLED
 
-# name -> (factory for ShmVectorEnv, factory for the SyncVectorEnv reference)
+# name -> factory (shmvec.testing copies what the reference's envs return: the mutating envs' true values)
 ENVS = {
-    "image": (functools.partial(SyntheticImageEnv, (24, 20, 3), episode_len=(3, 9)),) * 2,
-    "dict": (functools.partial(make_dict_env, 12, 8),) * 2,
-    "tuple": (make_tuple_env,) * 2,
-    "mutating": (make_mutating, make_copied_mutating),
-    "mutating-dict": (functools.partial(make_mutating, True), functools.partial(make_copied_mutating, True)),
+    "image": functools.partial(SyntheticImageEnv, (24, 20, 3), episode_len=(3, 9)),
+    "dict": functools.partial(make_dict_env, 12, 8),
+    "tuple": make_tuple_env,
+    "mutating": make_mutating,
+    "mutating-dict": functools.partial(make_mutating, True),
 }
 
 
@@ -53,67 +55,22 @@ def make(fns, **kwargs) -> gym.vector.VectorEnv:
 
 
 def assert_value_equal(got: Any, want: Any, where: str) -> None:
-    """Equality of one info value: arrays by dtype, shape and content, containers element by element,
-    Python scalars by type and value."""
-    if want is None:
-        assert got is None, f"{where}: {got!r} is not None"
-    elif isinstance(want, dict):
-        assert isinstance(got, dict), f"{where}: {type(got).__name__} is not a dict"
-        assert sorted(got) == sorted(want), f"{where}: keys {sorted(got)} != {sorted(want)}"
-        for key in want:
-            assert_value_equal(got[key], want[key], f"{where}[{key!r}]")
-    elif isinstance(want, (list, tuple)):
-        assert type(got) is type(want) and len(got) == len(want), f"{where}: {got!r} != {want!r}"
-        for i, (x, y) in enumerate(zip(got, want)):
-            assert_value_equal(x, y, f"{where}[{i}]")
-    elif isinstance(want, np.ndarray) and want.dtype == object:
-        assert isinstance(got, np.ndarray) and got.dtype == object, f"{where}: not an object array: {got!r}"
-        assert got.shape == want.shape, f"{where}: shape {got.shape} != {want.shape}"
-        for i, (x, y) in enumerate(zip(got, want)):
-            assert_value_equal(x, y, f"{where}[{i}]")
-    elif isinstance(want, np.ndarray):
-        assert_obs_equal(got, want, where)
-    else:
-        assert type(got) is type(want) and got == want, f"{where}: {got!r} != {want!r}"
-
-
-def assert_infos_equal(got: dict, want: dict, where: str) -> None:
-    """Gymnasium's dict-of-arrays infos: same keys (any order: consumers index by key), same ``_key``
-    masks, same arrays. ``final_obs`` holds one observation (or None) per env; a Dict observation in it
-    may come back in the space's key order rather than the env's."""
-    assert isinstance(got, dict), f"{where}: infos are a {type(got).__name__}, not a dict"
-    assert sorted(got) == sorted(want), f"{where}: keys {sorted(got)} != {sorted(want)}"
-    for key, value in want.items():
-        at = f"{where}[{key!r}]"
-        if key == "final_obs":
-            assert isinstance(got[key], np.ndarray) and got[key].dtype == object, f"{at}: {got[key]!r}"
-            assert got[key].shape == value.shape, f"{at}: shape {got[key].shape} != {value.shape}"
-            for i, (x, y) in enumerate(zip(got[key], value)):
-                if y is None:
-                    assert x is None, f"{at}[{i}]: {x!r} is not None"
-                else:
-                    assert_obs_equal(x, y, f"{at}[{i}]", ordered=False)
-        elif isinstance(value, dict):
-            assert_infos_equal(got[key], value, at)
-        else:
-            assert_value_equal(got[key], value, at)
+    """Equality of any value (infos, lists of them): arrays by dtype, shape and content, containers
+    element by element, dicts in any key order, Python scalars by type and value."""
+    check(value_difference(got, want, where, ordered=False))
 
 
 def assert_reset_equal(got: tuple, want: tuple, where: str) -> None:
-    assert len(got) == 2, f"{where}: reset returned {len(got)} items"
-    assert_obs_equal(got[0], want[0], f"{where} obs")
-    assert_infos_equal(got[1], want[1], f"{where} infos")
+    check(gymnasium_difference(got, want), where)
 
 
 def assert_step_equal(got: tuple, want: tuple, where: str) -> None:
     assert len(got) == 5, f"{where}: step returned {len(got)} items"
-    for name, x, y in zip(("obs", "rewards", "terminations", "truncations"), got, want):
-        assert_obs_equal(x, y, f"{where} {name}")
-    assert_infos_equal(got[4], want[4], f"{where} infos")
+    check(gymnasium_difference(got, want), where)
 
 
 def run_both(
-    kind: str | tuple,
+    kind: str | Any,
     mode: AutoresetMode,
     n_envs: int = 5,
     steps: int = 40,
@@ -121,48 +78,28 @@ def run_both(
     wrap_reference: Callable[[gym.vector.VectorEnv], gym.vector.VectorEnv] | None = None,
     **kwargs,
 ):
-    """Step a ShmVectorEnv and a SyncVectorEnv with the same seeds and actions, compare every result.
-    ``kind``: a key of :data:`ENVS`, or its value (the factories for each). ``wrap_reference``: what
-    the SyncVectorEnv is wrapped in before it is compared (a reference computed in the test).
-
-    DISABLED mode resets the envs that ended with ``options["reset_mask"]`` (and per-env seeds), as its
-    users must. Half-way, both get an explicit ``reset()`` without a seed (each env's RNG goes on).
+    """ShmVectorEnv against SyncVectorEnv through :func:`shmvec.testing.assert_equivalent`: every
+    array of every step (DISABLED mode resets the envs that ended with ``reset_mask``), an explicit
+    ``reset()`` half-way. ``kind``: a key of :data:`ENVS`, a factory, or a pair whose first item is
+    the factory (the reference's copy of the outputs is made by shmvec.testing). ``wrap_reference``:
+    what the SyncVectorEnv is wrapped in before it is compared (a reference computed in the test).
     Returns how the episodes ended ("terminated", "truncated").
     """
-    fn, ref_fn = ENVS[kind] if isinstance(kind, str) else kind
-    ref = SyncVectorEnv([ref_fn] * n_envs, autoreset_mode=mode)
-    if wrap_reference is not None:
-        ref = wrap_reference(ref)
-    env = make([fn] * n_envs, autoreset_mode=mode, **kwargs)
-    ends = set()
-    with closing(env), closing(ref):
-        assert env.metadata["autoreset_mode"] == mode
-        assert env.num_envs == n_envs
-        assert env.single_observation_space == ref.single_observation_space
-        assert env.observation_space == ref.observation_space
-        assert env.single_action_space == ref.single_action_space
-        assert env.action_space == ref.action_space
-        options = {"level": 1}  # reaches every env (DictImageEnv returns it in its reset info)
-        assert_reset_equal(
-            env.reset(seed=seed, options=options), ref.reset(seed=seed, options=options), "reset"
-        )
-        ref.action_space.seed(seed)
-        for t in range(steps):
-            if t == steps // 2:
-                assert_reset_equal(env.reset(), ref.reset(), f"explicit reset before step {t}")
-            actions = ref.action_space.sample()
-            want = ref.step(actions)
-            assert_step_equal(env.step(actions), want, f"step {t}")
-            ends |= {"terminated"} if want[2].any() else set()
-            ends |= {"truncated"} if want[3].any() else set()
-            done = want[2] | want[3]
-            if mode == DISABLED and done.any():
-                seeds = [seed * 1000 + 10 * t + i if d else None for i, d in enumerate(done)]
-                # Sync pops reset_mask out of the options it is given: each gets its own dict.
-                got = env.reset(seed=seeds, options={"reset_mask": done.copy(), "level": t})
-                want = ref.reset(seed=seeds, options={"reset_mask": done, "level": t})
-                assert_reset_equal(got, want, f"masked reset after step {t}")
-    return ends
+    fn = ENVS[kind] if isinstance(kind, str) else kind
+    fn = fn[0] if isinstance(fn, tuple) else fn
+    kwargs.setdefault("start_method", "fork")
+    kwargs.setdefault("n_workers", min(2, n_envs))
+    report = assert_equivalent(
+        [fn] * n_envs,
+        steps,
+        seed,
+        "gymnasium",
+        options={"level": 1},
+        wrap_reference=wrap_reference,
+        autoreset_mode=mode,
+        **kwargs,
+    )
+    return {name for name in ("terminated", "truncated") if getattr(report, name)}
 
 
 # ---------------------------------------------------------------- equivalence with SyncVectorEnv

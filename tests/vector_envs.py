@@ -10,6 +10,8 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from shmvec.testing.equivalence import CopyOutputs  # noqa: F401 - the reference's wrapper, for the tests
+
 
 class MutatingEnv(gym.Env):
     """Returns the *same* observation arrays and the *same* info dict on every call, changed in place.
@@ -59,23 +61,8 @@ class MutatingEnv(gym.Env):
         return obs, float(action) + 0.5 * self.t, terminated, ended and not terminated, info
 
 
-class CopyOutputs(gym.Wrapper):
-    """Deep-copies what the env returns, so a reference vector env keeps the true values of an env
-    that mutates its outputs in place (see :class:`MutatingEnv`)."""
-
-    def reset(self, **kwargs):
-        return copy.deepcopy(self.env.reset(**kwargs))
-
-    def step(self, action):
-        return copy.deepcopy(self.env.step(action))
-
-
 def make_mutating(dict_obs: bool = False) -> gym.Env:
     return MutatingEnv(dict_obs)
-
-
-def make_copied_mutating(dict_obs: bool = False) -> gym.Env:
-    return CopyOutputs(MutatingEnv(dict_obs))
 
 
 OMITTED = "<options not passed>"

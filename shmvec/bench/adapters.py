@@ -92,15 +92,20 @@ class PoolAdapter:
     while the caller (the policy) works.
 
     :param batch_size: envs per batch step (default None: half the envs, rounded up).
+    :param options: more ShmVectorEnv options (default: none).
     """
 
     def __init__(
-        self, env_fns: list[Callable[[], gym.Env]], start_method: str, batch_size: int | None = None
+        self,
+        env_fns: list[Callable[[], gym.Env]],
+        start_method: str,
+        batch_size: int | None = None,
+        **options: Any,
     ) -> None:
         from shmvec.vector_env import ShmVectorEnv
 
         batch_size = batch_size or (len(env_fns) + 1) // 2
-        self._env = ShmVectorEnv(env_fns, start_method=start_method, batch_size=batch_size)
+        self._env = ShmVectorEnv(env_fns, start_method=start_method, batch_size=batch_size, **options)
         self.num_envs = batch_size
         self.observation_space = self._env.single_observation_space
         self.action_space = self._env.single_action_space

@@ -25,8 +25,9 @@ import gymnasium as gym
 
 from shmvec.bench.adapters import GymVectorAdapter, PoolAdapter
 
-# A builder gets the factories, the worker count (None: the backend's default) and the start method.
-Builder = Callable[[list[Callable[[], gym.Env]], int | None, str], Any]
+# A builder gets the factories, the worker count (None: the backend's default) and the start method;
+# shmvec's own builders also take its options as keywords (see make_vec_env).
+Builder = Callable[..., Any]
 
 
 def _dummy(env_fns: list[Callable[[], gym.Env]], n_workers: int | None, start_method: str) -> Any:
@@ -43,22 +44,28 @@ def _subproc(env_fns: list[Callable[[], gym.Env]], n_workers: int | None, start_
     return SubprocVecEnv(env_fns, start_method=start_method)
 
 
-def _shm(env_fns: list[Callable[[], gym.Env]], n_workers: int | None, start_method: str) -> Any:
+def _shm(
+    env_fns: list[Callable[[], gym.Env]], n_workers: int | None, start_method: str, **options: Any
+) -> Any:
     from shmvec.vec_env import ShmVecEnv
 
-    return ShmVecEnv(env_fns, start_method=start_method, n_workers=n_workers)
+    return ShmVecEnv(env_fns, start_method=start_method, n_workers=n_workers, **options)
 
 
-def _shm_auto(env_fns: list[Callable[[], gym.Env]], n_workers: int | None, start_method: str) -> Any:
+def _shm_auto(
+    env_fns: list[Callable[[], gym.Env]], n_workers: int | None, start_method: str, **options: Any
+) -> Any:
     from shmvec.vec_env import ShmVecEnv
 
-    return ShmVecEnv(env_fns, start_method=start_method, n_workers="auto")
+    return ShmVecEnv(env_fns, start_method=start_method, n_workers="auto", **options)
 
 
-def _shm_pin(env_fns: list[Callable[[], gym.Env]], n_workers: int | None, start_method: str) -> Any:
+def _shm_pin(
+    env_fns: list[Callable[[], gym.Env]], n_workers: int | None, start_method: str, **options: Any
+) -> Any:
     from shmvec.vec_env import ShmVecEnv
 
-    return ShmVecEnv(env_fns, start_method=start_method, n_workers=n_workers, worker_cpus="auto")
+    return ShmVecEnv(env_fns, start_method=start_method, n_workers=n_workers, worker_cpus="auto", **options)
 
 
 def _async(env_fns: list[Callable[[], gym.Env]], n_workers: int | None, start_method: str) -> Any:
@@ -75,8 +82,9 @@ def _shm_pool(
     n_workers: int | None,
     start_method: str,
     batch_size: int | None = None,
+    **options: Any,
 ) -> Any:
-    return PoolAdapter(env_fns, start_method, batch_size)
+    return PoolAdapter(env_fns, start_method, batch_size, **options)
 
 
 def _sync(env_fns: list[Callable[[], gym.Env]], n_workers: int | None, start_method: str) -> Any:
@@ -85,10 +93,14 @@ def _sync(env_fns: list[Callable[[], gym.Env]], n_workers: int | None, start_met
     return GymVectorAdapter(SyncVectorEnv(env_fns, autoreset_mode=AutoresetMode.SAME_STEP))
 
 
-def _shm_vector(env_fns: list[Callable[[], gym.Env]], n_workers: int | None, start_method: str) -> Any:
+def _shm_vector(
+    env_fns: list[Callable[[], gym.Env]], n_workers: int | None, start_method: str, **options: Any
+) -> Any:
     from shmvec.vector_env import ShmVectorEnv
 
-    env = ShmVectorEnv(env_fns, autoreset_mode="same_step", start_method=start_method, n_workers=n_workers)
+    env = ShmVectorEnv(
+        env_fns, autoreset_mode="same_step", start_method=start_method, n_workers=n_workers, **options
+    )
     return GymVectorAdapter(env, env.processes)
 
 
@@ -104,9 +116,17 @@ _DESCRIPTIONS: dict[str, str] = {}
 _TAKES_BATCH: set[str] = {"shm-pool"}
 # Backends whose worker count can be chosen (the others have one worker per env, or none).
 _TAKES_WORKERS: set[str] = set()
+# Backends built by shmvec, which take its options (codec=, copy=, ...).
+_TAKES_OPTIONS: set[str] = set()
 
 
-def register_backend(name: str, builder: Builder, takes_workers: bool = False, description: str = "") -> None:
+def register_backend(
+    name: str,
+    builder: Builder,
+    takes_workers: bool = False,
+    description: str = "",
+    takes_options: bool = False,
+) -> None:
     """Make ``name`` available to :func:`make_vec_env`, the runner and ``shmvec bench --backends``
     (whose ``--help`` lists it with ``description``).
 
@@ -118,11 +138,15 @@ def register_backend(name: str, builder: Builder, takes_workers: bool = False, d
         ``processes`` list (see :class:`BenchVecEnv`); ``n_workers`` is None for the default.
     :param takes_workers: whether ``--n-workers`` candidates apply to this backend.
     :param description: what it is, in a few words (default: none).
+    :param takes_options: whether ``builder`` takes shmvec's options as keywords (default False:
+        :func:`make_vec_env` gives it none).
     """
     _BUILDERS[name] = builder
     _DESCRIPTIONS[name] = description
     if takes_workers:
         _TAKES_WORKERS.add(name)
+    if takes_options:
+        _TAKES_OPTIONS.add(name)
 
 
 def describe_backends() -> str:
@@ -159,6 +183,7 @@ def make_vec_env(
     n_workers: int | None = None,
     start_method: str | None = None,
     batch_size: int | None = None,
+    options: dict[str, Any] | None = None,
 ) -> Any:
     """Build one backend over ``env_fns``.
 
@@ -168,15 +193,18 @@ def make_vec_env(
         ShmVecEnv's own default, forkserver where the platform has it, else spawn).
     :param batch_size: envs per batch step of a pool backend (default None: half the envs); ignored
         by the others.
+    :param options: shmvec's options (``ShmVecEnv(**options)``) for the backends shmvec builds
+        (default None: none); ignored by the others, so that one call builds every backend.
     :raises ValueError: for an unknown backend or start method.
     """
     from shmvec._start_methods import resolve_start_method
 
     check_backend(backend)
     method = resolve_start_method(start_method)
+    kwargs = dict(options or {}) if backend in _TAKES_OPTIONS else {}
     if takes_batch(backend):
-        return _BUILDERS[backend](list(env_fns), n_workers, method, batch_size)  # type: ignore[call-arg]
-    return _BUILDERS[backend](list(env_fns), n_workers, method)
+        kwargs["batch_size"] = batch_size
+    return _BUILDERS[backend](list(env_fns), n_workers, method, **kwargs)
 
 
 for _name, _builder, _workers, _text in (
@@ -191,15 +219,17 @@ for _name, _builder, _workers, _text in (
     ("shm-pin", _shm_pin, True, "ShmVecEnv(worker_cpus='auto'): each worker pinned to one CPU"),
     ("shm-pool", _shm_pool, False, "ShmVectorEnv pool mode: send/recv, --batch-size envs a batch"),
 ):
-    register_backend(_name, _builder, _workers, _text)
+    register_backend(_name, _builder, _workers, _text, takes_options=_name.startswith("shm"))
 
 
 # Ray (imported only when chosen): shmvec's Ray backend, and the naive one-actor-per-env VecEnv it is
 # compared with (shmvec.bench.naive_ray). Both use the running Ray connection, else start one.
-def _ray(env_fns: list[Callable[[], gym.Env]], n_workers: int | None, start_method: str) -> Any:
+def _ray(
+    env_fns: list[Callable[[], gym.Env]], n_workers: int | None, start_method: str, **options: Any
+) -> Any:
     from shmvec.vec_env import ShmVecEnv
 
-    return ShmVecEnv(env_fns, n_workers=n_workers, backend="ray")
+    return ShmVecEnv(env_fns, n_workers=n_workers, backend="ray", **options)
 
 
 def _ray_naive(env_fns: list[Callable[[], gym.Env]], n_workers: int | None, start_method: str) -> Any:
@@ -208,5 +238,7 @@ def _ray_naive(env_fns: list[Callable[[], gym.Env]], n_workers: int | None, star
     return NaiveRayVecEnv(env_fns)
 
 
-register_backend("ray", _ray, True, "ShmVecEnv(backend='ray'): workers as Ray actors (the ray extra)")
+register_backend(
+    "ray", _ray, True, "ShmVecEnv(backend='ray'): workers as Ray actors (the ray extra)", takes_options=True
+)
 register_backend("ray-naive", _ray_naive, False, "one Ray actor per env, observations through Ray")
