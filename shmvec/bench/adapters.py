@@ -80,9 +80,31 @@ class GymVectorAdapter:
             obs, rewards, terminated, truncated, infos = self._env.step(self._actions)
         return obs, rewards.astype(np.float32), terminated | truncated, infos
 
+    @property
+    def native_steps(self) -> list[Any] | None:
+        """The vector env's ``native_steps`` (:class:`shmvec.ShmVectorEnv`'s: which envs step
+        natively, see :mod:`shmvec.native`); None for any other vector env."""
+        return getattr(self._env, "native_steps", None)
+
     def close(self) -> None:
         """Close the vector env and its workers."""
         self._env.close()
+
+
+class SendRecvAdapter(GymVectorAdapter):
+    """A C++ vector env stepped with ``send``/``recv`` (EnvPool, ``ale_py.AtariVectorEnv``): the
+    actions go to its threads in :meth:`step_async`, the batch comes back in :meth:`step_wait`.
+    These envs reset an env whose episode ended in place of its next step (like
+    ``AutoresetMode.NEXT_STEP``), one step per episode that the other backends do not count."""
+
+    def step_async(self, actions: np.ndarray) -> None:
+        """Hand the actions to the env's threads (``send``)."""
+        self._env.send(np.asarray(actions))
+
+    def step_wait(self) -> tuple[Any, np.ndarray, np.ndarray, dict]:
+        """Wait for the batch (``recv``); rewards as float32, ``dones = terminated | truncated``."""
+        obs, rewards, terminated, truncated, infos = self._env.recv()
+        return obs, rewards.astype(np.float32), terminated | truncated, infos
 
 
 class PoolAdapter:
@@ -92,15 +114,22 @@ class PoolAdapter:
     while the caller (the policy) works.
 
     :param batch_size: envs per batch step (default None: half the envs, rounded up).
+    :param frame_stack: frames each worker stacks (``ShmVectorEnv(frame_stack=...)``; default None).
     """
 
     def __init__(
-        self, env_fns: list[Callable[[], gym.Env]], start_method: str, batch_size: int | None = None
+        self,
+        env_fns: list[Callable[[], gym.Env]],
+        start_method: str,
+        batch_size: int | None = None,
+        frame_stack: int | None = None,
     ) -> None:
         from shmvec.vector_env import ShmVectorEnv
 
         batch_size = batch_size or (len(env_fns) + 1) // 2
-        self._env = ShmVectorEnv(env_fns, start_method=start_method, batch_size=batch_size)
+        self._env = ShmVectorEnv(
+            env_fns, start_method=start_method, batch_size=batch_size, frame_stack=frame_stack
+        )
         self.num_envs = batch_size
         self.observation_space = self._env.single_observation_space
         self.action_space = self._env.single_action_space
@@ -110,6 +139,11 @@ class PoolAdapter:
     def processes(self) -> list[Any]:
         """The worker processes."""
         return list(self._env._eng.transport.processes)
+
+    @property
+    def native_steps(self) -> list[Any]:
+        """Which envs step natively (:attr:`shmvec.ShmVectorEnv.native_steps`)."""
+        return self._env.native_steps
 
     def seed(self, seed: int | None = None) -> None:
         """Seed for the next :meth:`reset` (env ``i`` gets ``seed + i``)."""
