@@ -10,28 +10,32 @@ interleaved: ``--seconds`` of steps after ``--warm-up`` batch steps. "CPU" is th
 whole process tree (the main process with its threads, and every worker) over the timed steps,
 per env step: what the machine pays, which other load on it barely moves.
 
-Configurations (``--configs``):
+Configurations (``--configs``), built by ``shmvec.bench`` as ``shmvec bench --recipe sb3-atari``
+builds its backends (``shmvec.bench.recipes``: each env is ``make_atari_env``'s, Monitor +
+AtariWrapper over ``<Game>NoFrameskip-v4``; ``tests/test_bench_recipe.py`` checks they are equal):
 
-- ``shm-stack``: ``make_atari_env(..., vec_env_cls=ShmVecEnv, vec_env_kwargs={"frame_stack": 4})``;
+- ``shm-stack``: ``make_atari_env(..., vec_env_cls=ShmVecEnv, vec_env_kwargs={"frame_stack": 4})``
+  (``shmvec bench``'s ``shm``);
 - ``shm``: ``VecFrameStack(make_atari_env(..., vec_env_cls=ShmVecEnv), 4)``, the README's form;
 - ``shm-wrappers``: ``shm-stack`` with ``native_step=False`` (every frame through SB3's wrappers);
-- ``shm-sleep``: ``shm-stack`` with ``worker_spin_us=0`` (workers sleep at once between steps);
+- ``shm-sleep``: ``shm-stack`` with ``worker_spin_us=0`` (workers sleep at once between steps; a
+  bench backend registered here, as ``register_backend`` adds one);
 - ``dummy`` / ``subproc``: ``VecFrameStack`` over SB3's ``DummyVecEnv`` / ``SubprocVecEnv``;
 - ``ale-vec``: ``ale_py.AtariVectorEnv`` (C++ threads, in the ``atari`` extra), SB3-like settings
-  (no-op starts, episodic life, fire reset, clipped rewards); ``ale-vec-async``: the same with
-  ``batch_size = n / 2``, stepped with ``send``/``recv``;
+  (84x84 gray, frame skip 4, 4 stacked, up to 30 no-ops, episodic life, fire reset, clipped
+  rewards, no sticky actions); ``ale-vec-async``: the same with ``batch_size = n / 2``, stepped with
+  ``send``/``recv``;
 - ``envpool``: EnvPool's ``<Game>-v5`` with the same settings, where EnvPool installs;
 - ``floor``: the emulator alone, ``ale.act`` 4 times per env step in one process (no observation).
 
 Neither ALE's vector env nor EnvPool is SB3's recipe (they max-pool gray frames, and handle resets
-and lives their own way): docs/atari.md says what differs.
+and lives their own way): ``shmvec.bench.recipes`` and docs/atari.md say what differs.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import subprocess
 import sys
 import time
@@ -58,74 +62,52 @@ def _title(game: str) -> str:
     return "".join(part.capitalize() for part in game.split("_"))
 
 
-class _Sb3:
-    """An SB3 VecEnv behind ``step(actions)``."""
+# The bench backend (shmvec.bench.backends) of each configuration but floor.
+_BACKENDS = {"shm-stack": "shm", "shm": "shm"} | {c: c for c in CONFIGS if c not in ("shm-stack", "shm")}
+
+
+def _shm_sleep(
+    env_fns: list, n_workers: int | None, start_method: str, frame_stack: int | None = None
+) -> Any:
+    from shmvec import ShmVecEnv
+
+    return ShmVecEnv(
+        env_fns, start_method=start_method, n_workers=n_workers, frame_stack=frame_stack, worker_spin_us=0
+    )
+
+
+class _Vec:
+    """One bench backend over the recipe's factories (``shmvec.bench.recipes``), behind ``step``."""
 
     def __init__(self, config: str, game: str, n: int) -> None:
-        import ale_py
-        import gymnasium as gym
-        from stable_baselines3.common.env_util import make_atari_env
-        from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecFrameStack
+        from shmvec.bench.backends import backend_names, make_vec_env, register_backend
+        from shmvec.bench.recipes import recipe_env
 
-        from shmvec import ShmVecEnv
+        if "shm-sleep" not in backend_names():
+            register_backend("shm-sleep", _shm_sleep, True, "ShmVecEnv(worker_spin_us=0)", "builder")
 
-        gym.register_envs(ale_py)
-        cls: Any = {"dummy": DummyVecEnv, "subproc": SubprocVecEnv}.get(config, ShmVecEnv)
-        kwargs: dict[str, Any] = {} if config == "dummy" else {"start_method": "fork"}
-        if config in ("shm-stack", "shm-wrappers", "shm-sleep"):
-            kwargs["frame_stack"] = 4
-        if config == "shm-wrappers":
-            kwargs["native_step"] = False
-        if config == "shm-sleep":
-            kwargs["worker_spin_us"] = 0
-        venv = make_atari_env(
-            f"{_title(game)}NoFrameskip-v4", n, seed=0, vec_env_cls=cls, vec_env_kwargs=kwargs
-        )
-        self.venv = venv if "frame_stack" in kwargs else VecFrameStack(venv, 4)
+        env_fn, stack = recipe_env("sb3-atari", f"{_title(game)}NoFrameskip-v4")
+        fns = [env_fn] * n
+        if config == "shm":  # the README's form: SB3's VecFrameStack over ShmVecEnv
+            from stable_baselines3.common.vec_env import VecFrameStack
+
+            self.venv = VecFrameStack(make_vec_env("shm", fns, start_method="fork"), stack)
+        else:  # ale-vec-async: half the envs a batch
+            self.venv = make_vec_env(
+                _BACKENDS[config], fns, None, "fork", batch_size=n // 2, frame_stack=stack
+            )
+        self.batch = self.venv.num_envs  # envs stepped per batch step
         self.n_actions = int(self.venv.action_space.n)
+        self.processes = list(self.venv.processes)
+        self.venv.seed(0)
         self.venv.reset()
 
     def step(self, actions: np.ndarray) -> None:
-        self.venv.step(actions)
+        self.venv.step_async(actions)
+        self.venv.step_wait()
 
     def close(self) -> None:
         self.venv.close()
-
-
-class _AleVec:
-    """``ale_py.AtariVectorEnv`` (or EnvPool) behind ``step(actions)``; async: half the envs per batch."""
-
-    SETTINGS = dict(noop_max=30, episodic_life=True, use_fire_reset=True, reward_clipping=True)
-
-    def __init__(self, config: str, game: str, n: int) -> None:
-        if config == "envpool":
-            import envpool
-
-            self.env = envpool.make_gymnasium(
-                f"{_title(game)}-v5", num_envs=n, batch_size=n, episodic_life=True, reward_clip=True,
-                repeat_action_probability=0.0, noop_max=30, use_fire_reset=True, seed=0,
-            )  # fmt: skip
-        else:
-            from ale_py.vector_env import AtariVectorEnv
-
-            batch = n // 2 if config == "ale-vec-async" else 0
-            self.env = AtariVectorEnv(game, n, batch_size=batch, **self.SETTINGS)  # type: ignore[arg-type]
-        self.batch = getattr(self.env, "batch_size", n) if config == "ale-vec-async" else n
-        self.n_actions = int(self.env.single_action_space.n)
-        self.env.reset(seed=0)
-        self.async_ = config == "ale-vec-async"
-        if self.async_:  # reset() answered the first batch: it waits for its actions
-            self.env.send(np.zeros(self.batch, np.int64))
-
-    def step(self, actions: np.ndarray) -> None:
-        if self.async_:  # the next batch to finish, then its actions (ALE knows which envs)
-            self.env.recv()
-            self.env.send(actions[: self.batch])
-        else:
-            self.env.step(actions)
-
-    def close(self) -> None:
-        self.env.close()
 
 
 class _Floor:
@@ -144,6 +126,8 @@ class _Floor:
             self.ales.append(ale)
         self.actions = self.ales[0].getMinimalActionSet()
         self.n_actions = len(self.actions)
+        self.batch = n
+        self.processes: list = []
 
     def step(self, actions: np.ndarray) -> None:
         for ale, a in zip(self.ales, actions.tolist()):
@@ -157,75 +141,38 @@ class _Floor:
         pass
 
 
-def _tree_cpu() -> float:
-    """CPU seconds (user + system) of this process and its live descendants so far."""
-    import psutil
-
-    me = psutil.Process()
-    total = 0.0
-    for proc in [me, *me.children(recursive=True)]:
-        try:
-            times = proc.cpu_times()
-        except psutil.Error:
-            continue
-        total += times.user + times.system
-    return total
-
-
 def measure(config: str, game: str, n: int, seconds: float, warm_up: int) -> dict[str, float]:
     """One configuration in this interpreter: env steps/s and CPU µs per env step."""
-    kind = (
-        _Floor
-        if config == "floor"
-        else _AleVec
-        if config in ("ale-vec", "ale-vec-async", "envpool")
-        else _Sb3
-    )
-    env = kind(config, game, n)  # type: ignore[operator]
+    from shmvec.bench.system import cpu_snapshot
+
+    env = _Floor(config, game, n) if config == "floor" else _Vec(config, game, n)
     try:
         rng = np.random.default_rng(0)
-        actions = rng.integers(0, env.n_actions, (4096, n))
-        batch = getattr(env, "batch", n)
+        actions = rng.integers(0, env.n_actions, (4096, env.batch))
         for t in range(warm_up):
             env.step(actions[t % 4096])
-        steps, cpu, start = 0, _tree_cpu(), time.perf_counter()
+        steps, cpu, start = 0, cpu_snapshot(env.processes).tree_s, time.perf_counter()
         while time.perf_counter() - start < seconds:
             env.step(actions[steps % 4096])
             steps += 1
-        wall, cpu = time.perf_counter() - start, _tree_cpu() - cpu
+        wall, cpu = time.perf_counter() - start, cpu_snapshot(env.processes).tree_s - cpu
     finally:
         env.close()
-    return {"steps_per_s": steps * batch / wall, "cpu_us": cpu / (steps * batch) * 1e6}
-
-
-def _ratios(rows: dict[str, list[dict[str, float]]], base: str, key: str) -> dict[str, list[float]]:
-    """Per configuration: its figure over ``base``'s in each round (runs of a round are side by side)."""
-    if base not in rows:
-        return {}
-    return {c: [a[key] / b[key] for a, b in zip(runs, rows[base])] for c, runs in rows.items()}
+    return {"steps_per_s": steps * env.batch / wall, "cpu_us": cpu / (steps * env.batch) * 1e6}
 
 
 def markdown(result: dict[str, Any]) -> str:
-    """The tables of a run (one per game and n), with each figure's median and range over rounds."""
+    """The tables of a run (one per game and n), with each figure's median and range over rounds,
+    and its ratio to ale-vec's round by round (:mod:`shmvec.bench.compare`)."""
+    from shmvec.bench.compare import cells, side_by_side
+
     out = []
     for table in result["tables"]:
         rows = table["rows"]
-        speed = _ratios(rows, "ale-vec", "steps_per_s")
-        cpu = _ratios(rows, "ale-vec", "cpu_us")
         out.append(f"\n**{table['game']}, n={table['n']}** ({len(next(iter(rows.values())))} rounds)\n")
         out.append("| VecEnv | env steps/s | x ale-vec | CPU µs per env step | x ale-vec |")
         out.append("|---|---|---|---|---|")
-        for config, runs in rows.items():
-            cells = []
-            for key, ratio in (("steps_per_s", speed), ("cpu_us", cpu)):
-                values = [r[key] for r in runs]
-                cells.append(f"{statistics.median(values):,.0f} ({min(values):,.0f}-{max(values):,.0f})")
-                if config in ratio:
-                    rs = ratio[config]
-                    cells.append(f"{statistics.median(rs):.2f}x ({min(rs):.2f}-{max(rs):.2f})")
-                else:
-                    cells.append("")
-            out.append(f"| {config} | " + " | ".join(cells) + " |")
+        out += ["| " + " | ".join(cells(row)) + " |" for row in side_by_side(rows, "ale-vec")]
     return "\n".join(out)
 
 

@@ -31,13 +31,25 @@ def _parser() -> argparse.ArgumentParser:
         "train the same policy on each backend and compare wall-clock time, returns and learning curves.",
         epilog="backends (--backends):\n" + describe_backends() + "\nexamples:\n"
         "  shmvec bench --backends shm,shm-pin --policy ppo:CnnPolicy\n"
+        "  shmvec bench --env PongNoFrameskip-v4 --recipe sb3-atari --n-envs 8 \\\n"
+        "               --backends ale-vec,envpool,shm,dummy,subproc\n"
         "  shmvec bench --env mypkg.envs:make_env --n-envs 8 --json out.json --plot out.png\n"
         "  shmvec bench --train --env mypkg.envs:make_env --train-steps 50000 --threshold 0.9 "
         "--plot curves.png\n",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     bench.add_argument(
-        "--env", default="ALE/Pong-v5", help="gymnasium id or module:factory (default ALE/Pong-v5)"
+        "--env",
+        default=None,
+        help="gymnasium id or module:factory (default ALE/Pong-v5; with --recipe, PongNoFrameskip-v4)",
+    )
+    bench.add_argument(
+        "--recipe",
+        default=None,
+        help="sb3-atari: every backend builds SB3's Atari recipe over the NoFrameskip-v4 --env "
+        "(make_atari_env, 4 frames stacked: VecFrameStack, or ShmVecEnv's frame_stack=4); ale-vec and "
+        "envpool with SB3-like settings (not bit-identical); adds steps/s and CPU per env step side by "
+        "side, against the first of --backends",
     )
     bench.add_argument(
         "--env-kwargs",
@@ -257,12 +269,18 @@ def _check_bench_args(args: argparse.Namespace) -> None:
     from shmvec._start_methods import resolve_start_method
     from shmvec.bench.backends import backend_names, check_backend
     from shmvec.bench.policy import parse_policy
+    from shmvec.bench.recipes import DEFAULT_ENV, check_recipe
 
+    args.env = args.env or ("ALE/Pong-v5" if args.recipe is None else DEFAULT_ENV)
+    if args.recipe is not None and args.train:
+        raise UsageError("--recipe is for measuring steps; --train trains on --env as it is")
+    if args.recipe is not None:
+        _checked(check_recipe, args.recipe, args.env, _json_object(args.env_kwargs, "--env-kwargs"))
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
     if not backends:
         raise UsageError(f"--backends is empty; choose from {', '.join(backend_names())}")
     for b in backends:
-        _checked(check_backend, b)
+        _checked(check_backend, b, args.recipe)
     n_envs = _ints(args.n_envs, "--n-envs")
     if not n_envs or min(n_envs) < 1:
         raise UsageError(f"--n-envs must be integers >= 1, got {args.n_envs!r}")
@@ -324,6 +342,7 @@ def _bench_unchecked(args: argparse.Namespace) -> int:
             seconds=args.seconds,
             start_method=args.start_method,
             batch_size=args.batch_size,
+            recipe=args.recipe,
         )
         _checked(spec.validate)
         _checked(check_env_name, spec.env, **spec.env_kwargs)

@@ -145,3 +145,31 @@ def test_envpool_backend_runs_pong_with_those_settings():
             assert_obs_equal(venv.step_wait()[0], frames[t], f"envpool step {t}")
     finally:
         venv.close()
+
+
+def test_envpool_runs_the_recipe_with_sb3_settings():
+    """With --recipe sb3-atari, EnvPool gets SB3's Atari settings and gives 4 stacked 84x84 gray
+    frames, channels first (not bit-identical to the recipe: only the shape is compared)."""
+    _needs_envpool()
+    from shmvec.bench.envpool_backend import envpool_recipe_settings
+    from shmvec.bench.recipes import atari_settings, recipe_env
+
+    env_fn, stack = recipe_env("sb3-atari", "PongNoFrameskip-v4")
+    venv = make_vec_env("envpool", [env_fn] * 2, frame_stack=stack)
+    try:
+        task, settings = envpool_recipe_settings(atari_settings("PongNoFrameskip-v4"))
+        assert task == "Pong-v5" and venv._task == task
+        config = venv._env.spec.config
+        assert {k: getattr(config, k) for k in settings} == settings
+        assert (settings["stack_num"], settings["img_height"], settings["gray_scale"]) == (4, 84, True)
+        assert (settings["noop_max"], settings["episodic_life"], settings["reward_clip"]) == (30, True, True)
+        assert settings["repeat_action_probability"] == 0.0 and settings["max_episode_steps"] == 27_000
+        assert venv.native_steps is None
+        venv.seed(3)
+        obs = venv.reset()
+        for _ in range(10):
+            venv.step_async(np.zeros(2, np.int64))
+            obs, rewards, dones, _ = venv.step_wait()
+        assert obs.shape == (2, 4, 84, 84) and obs.dtype == np.uint8 and obs.any()
+    finally:
+        venv.close()

@@ -80,9 +80,31 @@ class GymVectorAdapter:
             obs, rewards, terminated, truncated, infos = self._env.step(self._actions)
         return obs, rewards.astype(np.float32), terminated | truncated, infos
 
+    @property
+    def native_steps(self) -> list[Any] | None:
+        """The vector env's ``native_steps`` (:class:`shmvec.ShmVectorEnv`'s: which envs step
+        natively, see :mod:`shmvec.native`); None for any other vector env."""
+        return getattr(self._env, "native_steps", None)
+
     def close(self) -> None:
         """Close the vector env and its workers."""
         self._env.close()
+
+
+class SendRecvAdapter(GymVectorAdapter):
+    """A C++ vector env stepped with ``send``/``recv`` (EnvPool, ``ale_py.AtariVectorEnv``): the
+    actions go to its threads in :meth:`step_async`, the batch comes back in :meth:`step_wait`.
+    These envs reset an env whose episode ended in place of its next step (like
+    ``AutoresetMode.NEXT_STEP``), one step per episode that the other backends do not count."""
+
+    def step_async(self, actions: np.ndarray) -> None:
+        """Hand the actions to the env's threads (``send``)."""
+        self._env.send(np.asarray(actions))
+
+    def step_wait(self) -> tuple[Any, np.ndarray, np.ndarray, dict]:
+        """Wait for the batch (``recv``); rewards as float32, ``dones = terminated | truncated``."""
+        obs, rewards, terminated, truncated, infos = self._env.recv()
+        return obs, rewards.astype(np.float32), terminated | truncated, infos
 
 
 class PoolAdapter:
@@ -115,6 +137,11 @@ class PoolAdapter:
     def processes(self) -> list[Any]:
         """The worker processes."""
         return list(self._env._eng.transport.processes)
+
+    @property
+    def native_steps(self) -> list[Any]:
+        """Which envs step natively (:attr:`shmvec.ShmVectorEnv.native_steps`)."""
+        return self._env.native_steps
 
     def seed(self, seed: int | None = None) -> None:
         """Seed for the next :meth:`reset` (env ``i`` gets ``seed + i``)."""

@@ -9,11 +9,18 @@ Backends: ``dummy`` (SB3 DummyVecEnv), ``subproc`` (SB3 SubprocVecEnv), ``shm`` 
 ``shm-vector`` (:class:`shmvec.ShmVectorEnv`, the Gymnasium face), ``shm-auto`` (ShmVecEnv with
 ``n_workers="auto"``, to compare with hand-picked ``shm`` counts), ``shm-pin`` (ShmVecEnv with
 ``worker_cpus="auto"``: each worker pinned to one CPU), ``envpool`` (EnvPool's C++
-Atari envs, for ALE ids only; see :mod:`shmvec.bench.envpool_backend`) and ``shm-pool``
-(ShmVectorEnv in pool mode, ``batch_size`` envs per batch step, see :class:`PoolAdapter`). The
-Gymnasium ones run behind :class:`GymVectorAdapter`. Another backend (e.g. ``shm`` with an
-observation codec) is added with :func:`register_backend`; the CLI, runner and reports pick it up
-by name.
+Atari envs, for ALE ids only; see :mod:`shmvec.bench.envpool_backend`), ``shm-pool``
+(ShmVectorEnv in pool mode, ``batch_size`` envs per batch step, see :class:`PoolAdapter`),
+``shm-wrappers`` (ShmVecEnv with ``native_step=False``) and, for ``--recipe sb3-atari`` only,
+``ale-vec`` and ``ale-vec-async`` (``ale_py.AtariVectorEnv``, see
+:mod:`shmvec.bench.ale_vec_backend`). The Gymnasium ones run behind :class:`GymVectorAdapter`.
+Another backend (e.g. ``shm`` with an observation codec) is added with :func:`register_backend`;
+the CLI, runner and reports pick it up by name.
+
+A recipe (:mod:`shmvec.bench.recipes`) stacks frames; each backend's ``stacking`` says how: ``"vec"``
+(SB3's ``VecFrameStack`` over the VecEnv its builder returns), ``"builder"`` (its builder takes
+``frame_stack=`` and stacks itself: ShmVecEnv's workers, the C++ envs) or None (it cannot: SB3's
+``VecFrameStack`` reads SB3's per-env infos, which Gymnasium's vector envs do not give).
 """
 
 from __future__ import annotations
@@ -27,10 +34,11 @@ from shmvec.bench.adapters import GymVectorAdapter, PoolAdapter
 
 # A builder gets the factories, the worker count (None: the backend's default) and the start method;
 # shmvec's own builders also take its options as keywords (see make_vec_env).
+EnvFns = list[Callable[[], gym.Env]]
 Builder = Callable[..., Any]
 
 
-def _dummy(env_fns: list[Callable[[], gym.Env]], n_workers: int | None, start_method: str) -> Any:
+def _dummy(env_fns: EnvFns, n_workers: int | None, start_method: str) -> Any:
     from stable_baselines3.common.vec_env import DummyVecEnv
 
     venv = DummyVecEnv(env_fns)
@@ -38,37 +46,31 @@ def _dummy(env_fns: list[Callable[[], gym.Env]], n_workers: int | None, start_me
     return venv
 
 
-def _subproc(env_fns: list[Callable[[], gym.Env]], n_workers: int | None, start_method: str) -> Any:
+def _subproc(env_fns: EnvFns, n_workers: int | None, start_method: str) -> Any:
     from stable_baselines3.common.vec_env import SubprocVecEnv
 
     return SubprocVecEnv(env_fns, start_method=start_method)
 
 
-def _shm(
-    env_fns: list[Callable[[], gym.Env]], n_workers: int | None, start_method: str, **options: Any
-) -> Any:
+def _shm(env_fns: EnvFns, n_workers: int | None, start_method: str, **options: Any) -> Any:
     from shmvec.vec_env import ShmVecEnv
 
     return ShmVecEnv(env_fns, start_method=start_method, n_workers=n_workers, **options)
 
 
-def _shm_auto(
-    env_fns: list[Callable[[], gym.Env]], n_workers: int | None, start_method: str, **options: Any
-) -> Any:
-    from shmvec.vec_env import ShmVecEnv
-
-    return ShmVecEnv(env_fns, start_method=start_method, n_workers="auto", **options)
+def _shm_auto(env_fns: EnvFns, n_workers: int | None, start_method: str, **options: Any) -> Any:
+    return _shm(env_fns, "auto", start_method, **options)  # type: ignore[arg-type]
 
 
-def _shm_pin(
-    env_fns: list[Callable[[], gym.Env]], n_workers: int | None, start_method: str, **options: Any
-) -> Any:
-    from shmvec.vec_env import ShmVecEnv
-
-    return ShmVecEnv(env_fns, start_method=start_method, n_workers=n_workers, worker_cpus="auto", **options)
+def _shm_pin(env_fns: EnvFns, n_workers: int | None, start_method: str, **options: Any) -> Any:
+    return _shm(env_fns, n_workers, start_method, worker_cpus="auto", **options)
 
 
-def _async(env_fns: list[Callable[[], gym.Env]], n_workers: int | None, start_method: str) -> Any:
+def _shm_wrappers(env_fns: EnvFns, n_workers: int | None, start_method: str, **options: Any) -> Any:
+    return _shm(env_fns, n_workers, start_method, native_step=False, **options)
+
+
+def _async(env_fns: EnvFns, n_workers: int | None, start_method: str) -> Any:
     from gymnasium.vector import AsyncVectorEnv, AutoresetMode
 
     env = AsyncVectorEnv(
@@ -78,7 +80,7 @@ def _async(env_fns: list[Callable[[], gym.Env]], n_workers: int | None, start_me
 
 
 def _shm_pool(
-    env_fns: list[Callable[[], gym.Env]],
+    env_fns: EnvFns,
     n_workers: int | None,
     start_method: str,
     batch_size: int | None = None,
@@ -87,15 +89,13 @@ def _shm_pool(
     return PoolAdapter(env_fns, start_method, batch_size, **options)
 
 
-def _sync(env_fns: list[Callable[[], gym.Env]], n_workers: int | None, start_method: str) -> Any:
+def _sync(env_fns: EnvFns, n_workers: int | None, start_method: str) -> Any:
     from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
     return GymVectorAdapter(SyncVectorEnv(env_fns, autoreset_mode=AutoresetMode.SAME_STEP))
 
 
-def _shm_vector(
-    env_fns: list[Callable[[], gym.Env]], n_workers: int | None, start_method: str, **options: Any
-) -> Any:
+def _shm_vector(env_fns: EnvFns, n_workers: int | None, start_method: str, **options: Any) -> Any:
     from shmvec.vector_env import ShmVectorEnv
 
     env = ShmVectorEnv(
@@ -104,20 +104,39 @@ def _shm_vector(
     return GymVectorAdapter(env, env.processes)
 
 
-def _envpool(env_fns: list[Callable[[], gym.Env]], n_workers: int | None, start_method: str) -> Any:
+def _envpool(
+    env_fns: EnvFns, n_workers: int | None, start_method: str, frame_stack: int | None = None
+) -> Any:
     from shmvec.bench.envpool_backend import make_envpool
 
-    return make_envpool(env_fns)
+    return make_envpool(env_fns, frame_stack)
+
+
+def _ale_vec(
+    env_fns: EnvFns,
+    n_workers: int | None,
+    start_method: str,
+    batch_size: int | None = None,
+    frame_stack: int | None = None,
+) -> Any:
+    from shmvec.bench.ale_vec_backend import make_ale_vec
+
+    return make_ale_vec(env_fns, batch_size, frame_stack)
 
 
 _BUILDERS: dict[str, Builder] = {}
 _DESCRIPTIONS: dict[str, str] = {}
 # Backends that step a batch of batch_size < n_envs envs per batch step (their builders take it).
-_TAKES_BATCH: set[str] = {"shm-pool"}
+_TAKES_BATCH: set[str] = {"shm-pool", "ale-vec-async"}
 # Backends whose worker count can be chosen (the others have one worker per env, or none).
 _TAKES_WORKERS: set[str] = set()
 # Backends built by shmvec, which take its options (codec=, copy=, ...).
 _TAKES_OPTIONS: set[str] = set()
+# How each backend stacks a recipe's frames: "vec", "builder" or None (see the module docstring).
+_STACKING: dict[str, str | None] = {}
+STACKINGS = ("vec", "builder", None)
+# Backends that run a recipe's env only (they cannot run Python factories).
+_RECIPE_ONLY: set[str] = {"ale-vec", "ale-vec-async"}
 
 
 def register_backend(
@@ -125,6 +144,7 @@ def register_backend(
     builder: Builder,
     takes_workers: bool = False,
     description: str = "",
+    stacking: str | None = "vec",
     takes_options: bool = False,
 ) -> None:
     """Make ``name`` available to :func:`make_vec_env`, the runner and ``shmvec bench --backends``
@@ -138,11 +158,19 @@ def register_backend(
         ``processes`` list (see :class:`BenchVecEnv`); ``n_workers`` is None for the default.
     :param takes_workers: whether ``--n-workers`` candidates apply to this backend.
     :param description: what it is, in a few words (default: none).
+    :param stacking: how it stacks a recipe's frames (``--recipe``): ``"vec"`` (default: SB3's
+        ``VecFrameStack`` over what the builder returns, which must then be an SB3 VecEnv),
+        ``"builder"`` (the builder takes a ``frame_stack=`` keyword, None for no stacking) or None
+        (the backend cannot run a recipe).
     :param takes_options: whether ``builder`` takes shmvec's options as keywords (default False:
         :func:`make_vec_env` gives it none).
+    :raises ValueError: for another ``stacking``.
     """
+    if stacking not in STACKINGS:
+        raise ValueError(f"stacking must be one of {STACKINGS}, got {stacking!r}")
     _BUILDERS[name] = builder
     _DESCRIPTIONS[name] = description
+    _STACKING[name] = stacking
     if takes_workers:
         _TAKES_WORKERS.add(name)
     if takes_options:
@@ -171,10 +199,20 @@ def takes_batch(backend: str) -> bool:
     return backend in _TAKES_BATCH
 
 
-def check_backend(name: str) -> None:
-    """:raises ValueError: if ``name`` is not a registered backend."""
+def _check_known(name: str) -> None:
     if name not in _BUILDERS:
         raise ValueError(f"unknown backend {name!r}; choose from {', '.join(_BUILDERS)}")
+
+
+def check_backend(name: str, recipe: str | None = None) -> None:
+    """:raises ValueError: if ``name`` is not a registered backend, or cannot run with ``recipe``
+    (a backend that cannot stack frames), or runs a recipe only and ``recipe`` is None."""
+    _check_known(name)
+    if recipe is not None and _STACKING[name] is None:
+        able = ", ".join(b for b in _BUILDERS if _STACKING[b] is not None)
+        raise ValueError(f"backend {name!r} cannot stack frames for --recipe {recipe}; choose from {able}")
+    if recipe is None and name in _RECIPE_ONLY:
+        raise ValueError(f"backend {name!r} runs with --recipe sb3-atari only (it runs no Python env)")
 
 
 def make_vec_env(
@@ -183,6 +221,7 @@ def make_vec_env(
     n_workers: int | None = None,
     start_method: str | None = None,
     batch_size: int | None = None,
+    frame_stack: int | None = None,
     options: dict[str, Any] | None = None,
 ) -> Any:
     """Build one backend over ``env_fns``.
@@ -193,52 +232,65 @@ def make_vec_env(
         ShmVecEnv's own default, forkserver where the platform has it, else spawn).
     :param batch_size: envs per batch step of a pool backend (default None: half the envs); ignored
         by the others.
+    :param frame_stack: frames to stack, as ``VecFrameStack(venv, frame_stack)`` does, the backend's
+        own way (its ``stacking``, see :func:`register_backend`); default None: none.
     :param options: shmvec's options (``ShmVecEnv(**options)``) for the backends shmvec builds
         (default None: none); ignored by the others, so that one call builds every backend.
-    :raises ValueError: for an unknown backend or start method.
+    :raises ValueError: for an unknown backend or start method, or stacking a backend that cannot.
     """
     from shmvec._start_methods import resolve_start_method
 
-    check_backend(backend)
+    _check_known(backend)  # a recipe-only backend refuses other factories itself
     method = resolve_start_method(start_method)
-    kwargs = dict(options or {}) if backend in _TAKES_OPTIONS else {}
+    stacking = _STACKING[backend] if frame_stack else None
+    if frame_stack and stacking is None:
+        raise ValueError(f"backend {backend!r} cannot stack frames")
+    kwargs: dict[str, Any] = dict(options or {}) if backend in _TAKES_OPTIONS else {}
+    if stacking == "builder":
+        kwargs["frame_stack"] = frame_stack
     if takes_batch(backend):
         kwargs["batch_size"] = batch_size
-    return _BUILDERS[backend](list(env_fns), n_workers, method, **kwargs)
+    venv = _BUILDERS[backend](list(env_fns), n_workers, method, **kwargs)
+    if stacking == "vec" and frame_stack:
+        from stable_baselines3.common.vec_env import VecFrameStack
+
+        venv = VecFrameStack(venv, frame_stack)
+    return venv
 
 
-for _name, _builder, _workers, _text in (
-    ("dummy", _dummy, False, "SB3 DummyVecEnv: every env in this process, one after another"),
-    ("subproc", _subproc, False, "SB3 SubprocVecEnv: one process per env, observations pickled"),
-    ("shm", _shm, True, "ShmVecEnv: a few worker processes, observations in shared memory"),
-    ("async", _async, False, "gymnasium AsyncVectorEnv(shared_memory=True): one process per env"),
-    ("sync", _sync, False, "gymnasium SyncVectorEnv: every env in this process"),
-    ("shm-vector", _shm_vector, True, "ShmVectorEnv: shmvec's Gymnasium face"),
-    ("envpool", _envpool, False, "EnvPool's C++ Atari envs (ALE ids only; the envpool extra)"),
-    ("shm-auto", _shm_auto, False, "ShmVecEnv(n_workers='auto'): workers for envs that wait"),
-    ("shm-pin", _shm_pin, True, "ShmVecEnv(worker_cpus='auto'): each worker pinned to one CPU"),
-    ("shm-pool", _shm_pool, False, "ShmVectorEnv pool mode: send/recv, --batch-size envs a batch"),
+_VEC, _OWN = "vec", "builder"  # stackings: VecFrameStack, or the backend's own (its workers, C++)
+for _name, _builder, _workers, _stacking, _text in (
+    ("dummy", _dummy, False, _VEC, "SB3 DummyVecEnv: every env in this process, one after another"),
+    ("subproc", _subproc, False, _VEC, "SB3 SubprocVecEnv: one process per env, observations pickled"),
+    ("shm", _shm, True, _OWN, "ShmVecEnv: a few worker processes, observations in shared memory"),
+    ("async", _async, False, None, "gymnasium AsyncVectorEnv(shared_memory=True): one process per env"),
+    ("sync", _sync, False, None, "gymnasium SyncVectorEnv: every env in this process"),
+    ("shm-vector", _shm_vector, True, _OWN, "ShmVectorEnv: shmvec's Gymnasium face"),
+    ("envpool", _envpool, False, _OWN, "EnvPool's C++ Atari envs (ALE ids only; the envpool extra)"),
+    ("shm-auto", _shm_auto, False, _OWN, "ShmVecEnv(n_workers='auto'): workers for envs that wait"),
+    ("shm-pin", _shm_pin, True, _OWN, "ShmVecEnv(worker_cpus='auto'): each worker pinned to one CPU"),
+    ("shm-pool", _shm_pool, False, _OWN, "ShmVectorEnv pool mode: send/recv, --batch-size envs a batch"),
+    ("shm-wrappers", _shm_wrappers, True, _OWN, "ShmVecEnv(native_step=False): every step via wrappers"),
+    ("ale-vec", _ale_vec, False, _OWN, "ale_py.AtariVectorEnv, C++ threads (--recipe sb3-atari only)"),
+    ("ale-vec-async", _ale_vec, False, _OWN, "ale-vec in pool mode, --batch-size envs a batch (ditto)"),
 ):
-    register_backend(_name, _builder, _workers, _text, takes_options=_name.startswith("shm"))
+    register_backend(_name, _builder, _workers, _text, _stacking, takes_options=_name.startswith("shm"))
 
 
 # Ray (imported only when chosen): shmvec's Ray backend, and the naive one-actor-per-env VecEnv it is
 # compared with (shmvec.bench.naive_ray). Both use the running Ray connection, else start one.
-def _ray(
-    env_fns: list[Callable[[], gym.Env]], n_workers: int | None, start_method: str, **options: Any
-) -> Any:
+def _ray(env_fns: EnvFns, n_workers: int | None, start_method: str, **options: Any) -> Any:
     from shmvec.vec_env import ShmVecEnv
 
     return ShmVecEnv(env_fns, n_workers=n_workers, backend="ray", **options)
 
 
-def _ray_naive(env_fns: list[Callable[[], gym.Env]], n_workers: int | None, start_method: str) -> Any:
+def _ray_naive(env_fns: EnvFns, n_workers: int | None, start_method: str) -> Any:
     from shmvec.bench.naive_ray import NaiveRayVecEnv
 
     return NaiveRayVecEnv(env_fns)
 
 
-register_backend(
-    "ray", _ray, True, "ShmVecEnv(backend='ray'): workers as Ray actors (the ray extra)", takes_options=True
-)
+_RAY_TEXT = "ShmVecEnv(backend='ray'): workers as Ray actors (the ray extra)"
+register_backend("ray", _ray, True, _RAY_TEXT, _OWN, takes_options=True)
 register_backend("ray-naive", _ray_naive, False, "one Ray actor per env, observations through Ray")

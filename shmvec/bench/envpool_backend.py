@@ -19,6 +19,11 @@ returns the last frame), its observations are channels first (3, 210, 160) where
 (210, 160, 3), and its emulator is its own build of ALE, so frames are not comparable to ALE's
 array for array. EnvPool resets an env whose episode ended in place of its next step (like
 ``AutoresetMode.NEXT_STEP``).
+
+With ``--recipe sb3-atari`` (a factory of :mod:`shmvec.bench.recipes`) it asks instead for SB3's
+Atari settings as far as EnvPool has them (:func:`envpool_recipe_settings`): 84x84 gray, frame skip
+4, 4 frames stacked, up to 30 no-ops, episodic life, FIRE on reset, clipped rewards, no sticky
+actions; not bit-identical to the recipe (see :mod:`shmvec.bench.recipes`).
 """
 
 from __future__ import annotations
@@ -29,10 +34,10 @@ from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
-import numpy as np
 
-from shmvec.bench.adapters import GymVectorAdapter
+from shmvec.bench.adapters import SendRecvAdapter
 from shmvec.bench.envs import _make_registered
+from shmvec.bench.recipes import AtariSettings, atari_settings, recipe_env_id
 from shmvec.errors import install_hint
 
 # ALE v5 ids (ALE/Pong-v5) and the classic v4 ones (PongNoFrameskip-v4, Pong-v4).
@@ -83,6 +88,24 @@ def envpool_settings(env_id: str, env_kwargs: dict[str, Any] | None = None) -> t
     return task, settings
 
 
+def envpool_recipe_settings(settings: AtariSettings) -> tuple[str, dict[str, Any]]:
+    """EnvPool's task id and ``envpool.make`` keyword arguments for SB3's Atari settings."""
+    return f"{settings.task}-v5", {
+        "img_height": settings.screen_size,
+        "img_width": settings.screen_size,
+        "gray_scale": True,
+        "stack_num": settings.frame_stack,
+        "frame_skip": settings.frame_skip,
+        "noop_max": settings.noop_max,
+        "episodic_life": settings.episodic_life,
+        "reward_clip": settings.clip_reward,
+        "use_fire_reset": settings.fire_reset,
+        "repeat_action_probability": settings.repeat_action_probability,
+        "full_action_space": False,
+        "max_episode_steps": settings.max_frames // settings.frame_skip,
+    }
+
+
 def _env_id(env_fn: Callable[[], gym.Env]) -> tuple[str, dict[str, Any]]:
     """The gymnasium id and keyword arguments of a bench factory (``env_factory(id, **kwargs)``)."""
     if isinstance(env_fn, functools.partial) and env_fn.func is _make_registered:
@@ -94,7 +117,7 @@ def _env_id(env_fn: Callable[[], gym.Env]) -> tuple[str, dict[str, Any]]:
     )
 
 
-class EnvPoolAdapter(GymVectorAdapter):
+class EnvPoolAdapter(SendRecvAdapter):
     """EnvPool's synchronous batch (``batch_size == num_envs``) with the runner's calling convention;
     ``seed()`` rebuilds the pool with the new seed at the next :meth:`reset` (EnvPool takes its seed
     when it is made)."""
@@ -121,23 +144,21 @@ class EnvPoolAdapter(GymVectorAdapter):
         obs, _ = self._env.reset()
         return obs
 
-    def step_async(self, actions: np.ndarray) -> None:
-        """Hand the actions to EnvPool's threads (``send``)."""
-        self._env.send(np.asarray(actions))
 
-    def step_wait(self) -> tuple[Any, np.ndarray, np.ndarray, dict]:
-        """Wait for the batch (``recv``); rewards as float32, ``dones = terminated | truncated``."""
-        obs, rewards, terminated, truncated, infos = self._env.recv()
-        return obs, rewards.astype(np.float32), terminated | truncated, infos
+def make_envpool(env_fns: list[Callable[[], gym.Env]], frame_stack: int | None = None) -> EnvPoolAdapter:
+    """The ``envpool`` backend for the bench's factories (all the same ALE id, or all the same
+    recipe's, see the module doc).
 
-
-def make_envpool(env_fns: list[Callable[[], gym.Env]]) -> EnvPoolAdapter:
-    """The ``envpool`` backend for the bench's factories (all the same ALE id, see the module doc).
-
+    :param frame_stack: frames EnvPool stacks (default None: one).
     :raises ValueError: for a non-ALE env, settings EnvPool cannot reproduce, or EnvPool not installed.
     """
-    env_id, kwargs = _env_id(env_fns[0])
-    task, settings = envpool_settings(env_id, kwargs)
+    recipe_id = recipe_env_id(env_fns[0])
+    if recipe_id is not None:
+        task, settings = envpool_recipe_settings(atari_settings(recipe_id, frame_stack))
+    else:
+        env_id, kwargs = _env_id(env_fns[0])
+        task, settings = envpool_settings(env_id, kwargs)
+        settings["stack_num"] = frame_stack or 1
     try:
         import envpool  # noqa: F401
     except ImportError:

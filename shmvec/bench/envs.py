@@ -51,14 +51,13 @@ def sb3_atari(env_id: str = "PongNoFrameskip-v4") -> gym.Env:
     """One env of SB3's Atari recipe, built as ``make_atari_env`` builds it: Monitor, then
     AtariWrapper (no-op starts, frame skip 4 with max-pooling, episodic life, fire on reset, 84x84
     grayscale, clipped rewards); observations (84, 84, 1) uint8
-    (``--env shmvec.bench.envs:sb3_atari``). Imports SB3, and so torch, in every worker, as the
-    recipe does."""
-    import ale_py
+    (``--env shmvec.bench.envs:sb3_atari``; ``--recipe sb3-atari`` stacks 4 of them, see
+    :mod:`shmvec.bench.recipes`). Imports SB3, and so torch, in every worker, as the recipe does."""
     from stable_baselines3.common.atari_wrappers import AtariWrapper
     from stable_baselines3.common.monitor import Monitor
 
-    gym.register_envs(ale_py)
-    return AtariWrapper(Monitor(gym.make(env_id)))
+    # make_atari_env asks for render_mode="rgb_array" (rendering costs nothing until render()).
+    return AtariWrapper(Monitor(_make_registered(env_id, {"render_mode": "rgb_array"})))
 
 
 def env_factory(name: str, **kwargs: Any) -> Callable[[], gym.Env]:

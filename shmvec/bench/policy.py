@@ -41,19 +41,26 @@ def algo_class(algo: str) -> type:
     return {"a2c": stable_baselines3.A2C, "dqn": stable_baselines3.DQN, "ppo": stable_baselines3.PPO}[algo]
 
 
-def make_actor(spec: str, env_fn: Callable[[], gym.Env], seed: int = 0) -> Act | None:
+def make_actor(
+    spec: str, env_fn: Callable[[], gym.Env], seed: int = 0, frame_stack: int | None = None
+) -> Act | None:
     """A function from a batch of observations to a batch of actions, or None for random actions.
 
     The policy is built once on a single env (untrained weights: inference costs the same) and used
-    for every backend and batch size; ``predict`` takes any batch size.
+    for every backend and batch size; ``predict`` takes any batch size, and image batches channels
+    first or last (SB3 transposes what needs it).
+
+    :param frame_stack: frames the backends stack (``VecFrameStack``'s); default None: none.
     """
     parsed = parse_policy(spec)
     if parsed is None:
         return None
     algo, policy = parsed
-    from stable_baselines3.common.vec_env import DummyVecEnv
+    from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecFrameStack
 
-    venv = DummyVecEnv([env_fn])
+    venv: VecEnv = DummyVecEnv([env_fn])
+    if frame_stack:
+        venv = VecFrameStack(venv, frame_stack)
     try:
         kwargs: dict[str, Any] = {"buffer_size": 1} if algo == "dqn" else {}
         model = algo_class(algo)(policy, venv, seed=seed, device="cpu", **kwargs)

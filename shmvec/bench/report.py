@@ -7,7 +7,10 @@ import json
 import re
 import textwrap
 from pathlib import Path
+from typing import Any
 
+from shmvec.bench.compare import cells
+from shmvec.bench.recipes import FRAME_STACK
 from shmvec.bench.recommend import recommend
 from shmvec.bench.results import BenchResult, Point
 
@@ -81,12 +84,61 @@ def _disturbed_lines(result: BenchResult) -> list[str]:
     return [f"{p.config.label}: {'; '.join(p.disturbed)}" for p in result.points if p.disturbed]
 
 
+def native_line(groups: list[dict[str, Any]]) -> str:
+    """``"native step: 8 of 8 envs (sb3-atari+frame-stack)"``: how many envs of a configuration
+    shmvec's workers stepped natively and by which path, else why not (from
+    :func:`shmvec.bench.results.native_groups`). With several groups, each says how many envs it has."""
+    many = len(groups) > 1
+    native = [f"{g['envs']} {g['path']}" if many else g["path"] for g in groups if g["path"] is not None]
+    others = [
+        f"{g['envs']} not ({g['reason']})" if many else g["reason"] for g in groups if g["path"] is None
+    ]
+    count = sum(g["envs"] for g in groups if g["path"] is not None)
+    line = f"native step: {count} of {sum(g['envs'] for g in groups)} envs"
+    if native:
+        line += f" ({', '.join(native)})"
+    if others:
+        line += ("; " if native else ": ") + "; ".join(others)
+    return line
+
+
+def _native_lines(result: BenchResult) -> list[str]:
+    return [f"{p.config.label}: {native_line(p.native)}" for p in result.points if p.native is not None]
+
+
+def _side_by_side(result: BenchResult) -> list[tuple[str, list[str], list[list[str]]]]:
+    """Per n_envs: a title, a header and the rows of :meth:`BenchResult.side_by_side`."""
+    return [
+        (
+            f"n_envs={t['n_envs']} side by side: medians, and ratios to {t['base']} round by round "
+            "(median, range)",
+            ["config", "env steps/s", "x base", "CPU us/env step", "x base"],
+            [cells(row, figure_ranges=False) for row in t["rows"]],
+        )
+        for t in result.side_by_side()
+    ]
+
+
+def _recipe_note(result: BenchResult) -> str:
+    if result.spec.recipe is None:
+        return ""
+    return (
+        f"Recipe {result.spec.recipe}: every backend builds SB3's Atari recipe (Monitor + AtariWrapper "
+        f"over {result.spec.env}, {FRAME_STACK} frames stacked); ale-vec and envpool run their own C++ "
+        "envs with SB3-like settings and are not bit-identical (they max-pool gray frames, handle "
+        "resets and lives their own way, frames channels first). CPU is that of the whole process tree "
+        "(main process with its threads, and the workers) per env step. The ceiling is SB3's Python "
+        "chain alone: the C++ envs and shmvec's native step do less work per step and can pass it."
+    )
+
+
 def _headline(result: BenchResult) -> str:
     a = result.alone_summary
     spec = result.spec
     method = f", start method {spec.start_method}" if spec.start_method else ""
+    recipe = f" (recipe {spec.recipe})" if spec.recipe else ""
     return (
-        f"{spec.env}, policy {spec.policy}, {spec.repeats} x {spec.seconds:g} s per configuration "
+        f"{spec.env}{recipe}, policy {spec.policy}, {spec.repeats} x {spec.seconds:g} s per configuration "
         f"(interleaved), {result.machine['usable_cpus']} usable CPUs{method}. One env alone: "
         f"{a.median:,.0f} steps/s (95% CI {a.ci_low:,.0f}-{a.ci_high:,.0f}); ceiling = "
         f"{result.ceiling_rule()}."
@@ -108,6 +160,16 @@ def table(result: BenchResult) -> str:
     lines = textwrap.wrap(_headline(result), WIDTH) + [""]
     lines += _fixed(_TIME_HEADER, _time_rows(result)) + [""]
     lines += _fixed(_RESOURCE_HEADER, _resource_rows(result))
+    for title, header, rows in _side_by_side(result) if result.spec.recipe else []:
+        lines += [""] + textwrap.wrap(title + ":", WIDTH) + _fixed(header, rows)
+    if result.spec.recipe:
+        lines += [""] + textwrap.wrap(_recipe_note(result), WIDTH)
+    native = _native_lines(result)
+    if native:
+        lines += ["", "Native step paths (shmvec's workers stepping envs without their Python wrappers):"]
+        lines += [
+            w for n in native for w in textwrap.wrap(n, WIDTH, initial_indent="  ", subsequent_indent="    ")
+        ]
     disturbed = _disturbed_lines(result)
     if disturbed:
         lines += ["", "Disturbed:"]
@@ -132,6 +194,13 @@ def markdown(result: BenchResult, plot: str | None = None) -> str:
     lines = [_headline(result), ""]
     lines += _md_table(_TIME_HEADER, _time_rows(result)) + [""]
     lines += _md_table(_RESOURCE_HEADER, _resource_rows(result))
+    for title, header, rows in _side_by_side(result) if result.spec.recipe else []:
+        lines += ["", title + ":", ""] + _md_table(header, rows)
+    if result.spec.recipe:
+        lines += ["", _recipe_note(result)]
+    native = _native_lines(result)
+    if native:
+        lines += ["", "Native step paths:", ""] + [f"- {n}" for n in native]
     if plot:
         lines += ["", f"![steps/s against n_envs]({plot})"]
     disturbed = _disturbed_lines(result)

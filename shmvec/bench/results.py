@@ -10,7 +10,9 @@ import numpy as np
 
 from shmvec._start_methods import resolve_start_method
 from shmvec.bench.backends import check_backend, takes_batch, takes_workers
+from shmvec.bench.compare import side_by_side
 from shmvec.bench.policy import parse_policy
+from shmvec.bench.recipes import check_recipe
 from shmvec.bench.stats import Summary, summarize
 
 # An env alone on a CPU less than this fraction of its step time waits (I/O, sleep) more than it computes.
@@ -19,6 +21,17 @@ WAITING_CPU = 0.5
 MAX_REL_SPREAD = 0.25  # (max - min) / median of the repeats' steps/s
 MAX_OTHER_CORES = 0.3  # CPU (in cores) that processes outside the benchmarked tree took
 MAX_STEAL = 0.05  # fraction of CPU time the hypervisor stole
+
+
+def native_groups(statuses: Sequence[Any]) -> list[dict[str, Any]]:
+    """Envs with the same native status, counted: ``{"path", "reason", "envs"}`` per distinct
+    ``(path, reason)`` of ``statuses`` (a shmvec face's ``native_steps``), in order of first
+    appearance."""
+    counts: dict[tuple[str | None, str | None], int] = {}
+    for status in statuses:
+        key = (status.path, status.reason)
+        counts[key] = counts.get(key, 0) + 1
+    return [{"path": path, "reason": reason, "envs": n} for (path, reason), n in counts.items()]
 
 
 @dataclass(frozen=True)
@@ -79,6 +92,9 @@ class Point:
     samples: list[Sample] = field(default_factory=list)
     steps_per_s: Summary | None = None
     disturbed: list[str] = field(default_factory=list)
+    # Which envs shmvec's workers stepped natively (shmvec.native): one {"path", "reason", "envs"} per
+    # distinct status (native_groups); None for a backend that is not shmvec.
+    native: list[dict[str, Any]] | None = None
 
     def median(self, name: str) -> float:
         """Median over the repeats of one :class:`Sample` field."""
@@ -89,6 +105,10 @@ class Point:
         to its step time, which medians taken part by part would not."""
         ranked = sorted(self.samples, key=lambda s: s.steps_per_s)
         return ranked[(len(ranked) - 1) // 2]
+
+    def cpu_us_per_env_step(self) -> list[float]:
+        """CPU time of the process tree per env step (µs), one per repeat."""
+        return [s.cpu_cores / s.steps_per_s * 1e6 for s in self.samples]
 
     def breakdown(self) -> dict[str, float]:
         """Seconds per batch step of each part, in a fixed order, from :meth:`representative`."""
@@ -116,6 +136,8 @@ class BenchSpec:
     :param start_method: for the process backends (default None: ShmVecEnv's own default,
         forkserver where the platform has it, so start-up figures are those of the default).
     :param seed: seed of the envs and the random actions.
+    :param recipe: build every backend's envs by a recipe of :mod:`shmvec.bench.recipes` over
+        ``env`` (``"sb3-atari"``: SB3's Atari recipe, 4 frames stacked); default None: ``env`` as it is.
     """
 
     env: str = "ALE/Pong-v5"
@@ -129,11 +151,14 @@ class BenchSpec:
     start_method: str | None = None
     seed: int = 0
     batch_size: int | None = None
+    recipe: str | None = None
 
     def validate(self) -> None:
         """:raises ValueError: with a one-line reason for the first bad field."""
+        if self.recipe is not None:
+            check_recipe(self.recipe, self.env, self.env_kwargs)
         for b in self.backends:
-            check_backend(b)
+            check_backend(b, self.recipe)
         if not self.backends:
             raise ValueError("no backends given")
         if not self.n_envs or any(n < 1 for n in self.n_envs):
@@ -227,7 +252,30 @@ class BenchResult:
             pd["label"] = p.config.label
             pd["breakdown"] = p.breakdown()
             pd["ceiling"] = self.ceiling(p.config.n_envs)
+            pd["cpu_us_per_env_step"] = p.cpu_us_per_env_step()
+        if self.spec.recipe is not None:
+            d["side_by_side"] = self.side_by_side()
         return d
+
+    def side_by_side(self) -> list[dict[str, Any]]:
+        """Per n_envs, every configuration's env steps/s and CPU µs per env step against the first
+        configuration of that n_envs (the first of ``backends``), round by round (see
+        :func:`shmvec.bench.compare.side_by_side`): ``{"n_envs", "base", "rows"}``."""
+        out = []
+        for n in sorted({p.config.n_envs for p in self.points}):
+            points = [p for p in self.points if p.config.n_envs == n and p.samples]
+            if not points:
+                continue
+            runs = {
+                p.config.label: [
+                    {"steps_per_s": s.steps_per_s, "cpu_us": c}
+                    for s, c in zip(p.samples, p.cpu_us_per_env_step())
+                ]
+                for p in points
+            }
+            base = points[0].config.label
+            out.append({"n_envs": n, "base": base, "rows": side_by_side(runs, base)})
+        return out
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> BenchResult:
@@ -241,6 +289,7 @@ class BenchResult:
                     [Sample(**x) for x in pd["samples"]],
                     Summary(**s) if s else None,
                     list(pd["disturbed"]),
+                    pd.get("native"),
                 )
             )
         spec = BenchSpec(**d["spec"])

@@ -38,8 +38,9 @@ import numpy as np
 from shmvec._start_methods import resolve_start_method
 from shmvec.bench import system
 from shmvec.bench.backends import make_vec_env
-from shmvec.bench.envs import check_env_name, env_factory
+from shmvec.bench.envs import check_env_name
 from shmvec.bench.policy import make_actor
+from shmvec.bench.recipes import recipe_env, stacked_space
 from shmvec.bench.recommend import recommend
 from shmvec.bench.results import (
     MAX_OTHER_CORES,
@@ -50,6 +51,7 @@ from shmvec.bench.results import (
     Config,
     Point,
     Sample,
+    native_groups,
 )
 from shmvec.bench.stats import summarize
 
@@ -66,17 +68,19 @@ def run(spec: BenchSpec, progress: Progress | None = None) -> BenchResult:
     # Recorded resolved, so the JSON says which start method the start-up figures are for.
     spec.start_method = resolve_start_method(spec.start_method)
     check_env_name(spec.env, **spec.env_kwargs)
-    env_fn = env_factory(spec.env, **spec.env_kwargs)
-    actor = make_actor(spec.policy, env_fn, spec.seed)
+    # With a recipe, env_fn builds one env of it and the backends stack frame_stack frames each.
+    env_fn, frame_stack = recipe_env(spec.recipe, spec.env, spec.env_kwargs)
+    actor = make_actor(spec.policy, env_fn, spec.seed, frame_stack)
     configs = spec.configs()
     points = [Point(c) for c in configs]
     alone: list[float] = []
     alone_cpu: list[float] = []
     alone_other: list[float] = []
     probe = env_fn()
-    obs_bytes = int(sum(np.asarray(x).nbytes for x in _leaves(probe.observation_space.sample())))
+    space = stacked_space(probe.observation_space, frame_stack)
     probe.close()
-    copy_s = {n: _copy_time(probe.observation_space, n) for n in sorted({c.batch for c in configs})}
+    obs_bytes = int(sum(np.asarray(x).nbytes for x in _leaves(space.sample())))
+    copy_s = {n: _copy_time(space, n) for n in sorted({c.batch for c in configs})}
     total, done = (len(configs) + 1) * spec.repeats, 0
     for r in range(spec.repeats):
         rate, cpu, other = _measure_alone(env_fn, spec.seconds, spec.seed + r)
@@ -90,7 +94,8 @@ def run(spec: BenchSpec, progress: Progress | None = None) -> BenchResult:
         order = points if r % 2 == 0 else points[::-1]
         for point in order:
             c = point.config
-            point.samples.append(_measure(c, env_fn, actor, spec, spec.seed + r))
+            sample, point.native = _measure(c, env_fn, frame_stack, actor, spec, spec.seed + r)
+            point.samples.append(sample)
             done += 1
             if progress:
                 progress(done, total, f"{c.label}: {point.samples[-1].steps_per_s:,.0f} steps/s")
@@ -164,20 +169,26 @@ def _measure_alone(env_fn: Callable[[], gym.Env], seconds: float, seed: int) -> 
 def _measure(
     config: Config,
     env_fn: Callable[[], gym.Env],
+    frame_stack: int | None,
     actor: Callable[[Any], np.ndarray] | None,
     spec: BenchSpec,
     seed: int,
-) -> Sample:
-    """One window; ``env_s``, ``copy_s`` and ``ipc_s`` are left 0 for :func:`_attribute`."""
+) -> tuple[Sample, list[dict[str, Any]] | None]:
+    """One window, and which envs stepped natively (:func:`native_groups`; None for a backend that
+    is not shmvec); ``env_s``, ``copy_s`` and ``ipc_s`` are left 0 for :func:`_attribute`."""
     n = config.n_envs
     shm_before = system.shm_segments()
     t0 = time.perf_counter()
-    venv = make_vec_env(config.backend, [env_fn] * n, config.n_workers, spec.start_method, config.batch_size)
+    venv = make_vec_env(
+        config.backend, [env_fn] * n, config.n_workers, spec.start_method, config.batch_size, frame_stack
+    )
     n = config.batch  # env steps per batch step (a pool steps batch_size of its n_envs)
     try:
         venv.seed(seed)
         obs = venv.reset()
         startup_s = time.perf_counter() - t0
+        statuses = getattr(venv, "native_steps", None)
+        native = None if statuses is None else native_groups(statuses)
         shm_bytes = sum(s for name, s in system.shm_segments().items() if name not in shm_before)
         procs = list(venv.processes)
         mem0 = system.memory(procs)
@@ -222,7 +233,7 @@ def _measure(
     per = 1.0 / steps
     tree = cpu1.tree_s - cpu0.tree_s
     machine_total = cpu1.machine_total_s - cpu0.machine_total_s
-    return Sample(
+    sample = Sample(
         steps_per_s=steps * n / wall,
         batch_steps=steps,
         wall_s=wall,
@@ -244,6 +255,7 @@ def _measure(
         processes=len(procs),
         wait_cpu_s=wait_cpu * per,
     )
+    return sample, native
 
 
 def _attribute(sample: Sample, n_envs: int, env_step_s: float, cpu_fraction: float, copy_s: float) -> None:
