@@ -84,7 +84,8 @@ def test_a_window_is_split_into_policy_send_wait_and_overhead_as_timed(monkeypat
     monkeypatch.setattr(system, "memory", lambda procs: system.Memory(0, 0))
     monkeypatch.setattr(system, "cpu_snapshot", lambda procs: system.CpuSnapshot(0.0, 0.0, 0.0, 0.0))
     spec = BenchSpec(env=TINY, seconds=0.057)
-    s = runner._measure(Config("fake", 2), lambda: None, policy, spec, seed=0)
+    s, native = runner._measure(Config("fake", 2), lambda: None, None, policy, spec, seed=0)
+    assert native is None  # not a shmvec backend
     ms = pytest.approx  # seconds (per batch step but for the window and the start-up)
     assert s.batch_steps == 10 and s.processes == 2
     assert s.startup_s == ms(1.25)

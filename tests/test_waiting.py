@@ -173,4 +173,4 @@ def test_an_idle_worker_stops_polling(no_leaks):
 
 
 def test_polling_workers_return_what_dummy_returns(no_leaks):
-    run_both(TinyImageEnv, 3, steps=40, start_method="fork", n_workers=2, worker_spin_us=5_000)
+    run_both(TinyImageEnv, 3, steps=80, start_method="fork", n_workers=2, worker_spin_us=5_000)
