@@ -8,7 +8,8 @@ Backends: ``dummy`` (SB3 DummyVecEnv), ``subproc`` (SB3 SubprocVecEnv), ``shm`` 
 ``async`` (gymnasium ``AsyncVectorEnv(shared_memory=True)``), ``sync`` (gymnasium ``SyncVectorEnv``),
 ``shm-vector`` (:class:`shmvec.ShmVectorEnv`, the Gymnasium face), ``shm-auto`` (ShmVecEnv with
 ``n_workers="auto"``, to compare with hand-picked ``shm`` counts), ``shm-pin`` (ShmVecEnv with
-``worker_cpus="auto"``: each worker pinned to one CPU), ``envpool`` (EnvPool's C++
+``worker_cpus="auto"``: each worker pinned to one CPU), ``shm-portable`` (ShmVecEnv on the portable
+transport, :mod:`shmvec.transports.portable`), ``envpool`` (EnvPool's C++
 Atari envs, for ALE ids only; see :mod:`shmvec.bench.envpool_backend`) and ``shm-pool``
 (ShmVectorEnv in pool mode, ``batch_size`` envs per batch step, see :class:`PoolAdapter`). The
 Gymnasium ones run behind :class:`GymVectorAdapter`. Another backend (e.g. ``shm`` with an
@@ -59,6 +60,12 @@ def _shm_pin(env_fns: list[Callable[[], gym.Env]], n_workers: int | None, start_
     from shmvec.vec_env import ShmVecEnv
 
     return ShmVecEnv(env_fns, start_method=start_method, n_workers=n_workers, worker_cpus="auto")
+
+
+def _shm_portable(env_fns: list[Callable[[], gym.Env]], n_workers: int | None, start_method: str) -> Any:
+    from shmvec.vec_env import ShmVecEnv
+
+    return ShmVecEnv(env_fns, start_method=start_method, n_workers=n_workers, transport="portable")
 
 
 def _async(env_fns: list[Callable[[], gym.Env]], n_workers: int | None, start_method: str) -> Any:
@@ -189,6 +196,7 @@ for _name, _builder, _workers, _text in (
     ("envpool", _envpool, False, "EnvPool's C++ Atari envs (ALE ids only; the envpool extra)"),
     ("shm-auto", _shm_auto, False, "ShmVecEnv(n_workers='auto'): workers for envs that wait"),
     ("shm-pin", _shm_pin, True, "ShmVecEnv(worker_cpus='auto'): each worker pinned to one CPU"),
+    ("shm-portable", _shm_portable, True, "ShmVecEnv(transport='portable'): pipes only, any platform"),
     ("shm-pool", _shm_pool, False, "ShmVectorEnv pool mode: send/recv, --batch-size envs a batch"),
 ):
     register_backend(_name, _builder, _workers, _text)
