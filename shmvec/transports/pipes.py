@@ -172,9 +172,11 @@ class PipeTransport:
     def _write_all(self, ws: list[int], msgs: list[Command], faults: list[Fault]) -> list[int]:
         """Write each message to its worker's pipe; the workers that took theirs (the others are
         killed and their faults added to ``faults``)."""
-        sent = []
+        sent, last, data = [], None, b""
         for w, msg in zip(ws, msgs):
-            fault = self._write(w, msg)
+            if msg is not last:  # one command for many workers (a synchronous step) is pickled once
+                last, data = msg, framing.dumps(msg)
+            fault = self._write(w, msg, data)
             if fault is None:
                 sent.append(w)
                 continue
@@ -190,11 +192,11 @@ class PipeTransport:
         for w in sent:
             self._labels[w] = label
 
-    def _write(self, w: int, msg: Command) -> Fault | None:
-        """Write one message to worker ``w``'s pipe; the fault if the worker is dead or does not take
-        it within ``timeout``."""
+    def _write(self, w: int, msg: Command, data: bytes) -> Fault | None:
+        """Write ``msg``, pickled as ``data``, to worker ``w``'s pipe; the fault if the worker is dead
+        or does not take it within ``timeout``."""
         try:
-            if not self._send(w, framing.dumps(msg)):
+            if not self._send(w, data):
                 return self.procs.hung(w, msg.label, self.timeout, self.res, "take")  # type: ignore[arg-type]
         except (BrokenPipeError, ConnectionResetError, EOFError):
             return self.lost(w, msg.label)
