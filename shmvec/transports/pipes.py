@@ -77,7 +77,7 @@ class PipeTransport:
 
     def _send(self, w: int, data: bytes) -> bool:
         """Write one pickled message to worker ``w``'s pipe; False if it did not take it within
-        :attr:`timeout`. :raises BrokenPipeError, ConnectionResetError, EOFError: worker gone."""
+        :attr:`timeout`. :raises OSError, EOFError: the worker is gone."""
         raise NotImplementedError
 
     def _recv(self, w: int) -> Reply | None:
@@ -198,7 +198,7 @@ class PipeTransport:
         try:
             if not self._send(w, data):
                 return self.procs.hung(w, msg.label, self.timeout, self.res, "take")  # type: ignore[arg-type]
-        except (BrokenPipeError, ConnectionResetError, EOFError):
+        except (OSError, EOFError):  # BrokenPipeError, ConnectionResetError; Windows' pipe errors
             return self.lost(w, msg.label)
         return None
 
