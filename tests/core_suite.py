@@ -26,8 +26,23 @@ HERE = Path(__file__).resolve().parent
 # What the extras (sb3, atari, codecs, bench, ray, envpool, docs, dev's jax) and the full suite's
 # tools bring: none of it is in the core stage's venv.
 EXTRAS = frozenset(
-    "stable_baselines3 torch ale_py cv2 lz4 zstandard numba ray envpool matplotlib pytest_benchmark "
-    "jax minigrid playwright mkdocs".split()
+    [
+        "stable_baselines3",
+        "torch",
+        "ale_py",
+        "cv2",
+        "lz4",
+        "zstandard",
+        "numba",
+        "ray",
+        "envpool",
+        "matplotlib",
+        "pytest_benchmark",
+        "jax",
+        "minigrid",
+        "playwright",
+        "mkdocs",
+    ]
 )
 # Imports of shmvec's parts that import without their extra but cannot run without it.
 _FACE_NEEDS = {"ShmVecEnv": "stable_baselines3 (ShmVecEnv)"}
