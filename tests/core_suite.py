@@ -24,7 +24,8 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 # What the extras (sb3, atari, codecs, bench, ray, envpool, docs, dev's jax) and the full suite's
-# tools bring: none of it is in the core stage's venv.
+# tools bring: a module that fails to import for want of one of these is left out (the core venv has
+# the codecs extra's libraries, never torch or SB3).
 EXTRAS = frozenset(
     [
         "stable_baselines3",
