@@ -85,8 +85,9 @@ def measure(kind: str, n_envs: int, n_workers: int | None, sleep: bool, seconds:
     pool = kind == "shm-pool"
     # The workers' CPU (user + system) as the kernel counts reaped children: known after close().
     children = os.times()
-    if kind == "shm":
-        env: Any = ShmVecEnv(fns, "fork", n_workers=n_workers)
+    if kind in ("shm", "shm-portable"):  # shm-portable: the portable transport (not in the default plan)
+        transport = "portable" if kind == "shm-portable" else "auto"
+        env: Any = ShmVecEnv(fns, "fork", n_workers=n_workers, transport=transport)
     elif kind in ("shm-vector", "shm-pool"):
         batch = n_envs // 2 if pool else None
         env = ShmVectorEnv(fns, start_method="fork", n_workers=n_workers, batch_size=batch)

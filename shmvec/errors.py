@@ -330,3 +330,8 @@ class FrameSkipWarning(UserWarning):
 
 class FidelityWarning(UserWarning):
     """Like :class:`FidelityError`, for a ``Tolerance(on_breach="warn")``."""
+
+
+class PlatformWarning(UserWarning):
+    """A Linux-only feature (the OpenMP pause and its ``/proc`` reads, ``worker_cpus``,
+    ``worker_spin_us``) is off on this platform; shmvec runs without it (one line per feature)."""

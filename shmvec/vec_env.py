@@ -10,16 +10,10 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
-from stable_baselines3.common.vec_env.base_vec_env import (
-    VecEnv,
-    VecEnvIndices,
-    VecEnvObs,
-    VecEnvStepReturn,
-)
 
 from shmvec.engine.build import build
 from shmvec.engine.core import Engine
@@ -28,6 +22,30 @@ from shmvec.errors import ShmVecEnvError
 from shmvec.memory.layout import assemble, terminal_obs
 from shmvec.native import NativeStatus
 from shmvec.wire import messages as m
+
+if TYPE_CHECKING:
+    from stable_baselines3.common.vec_env.base_vec_env import (
+        VecEnv,
+        VecEnvIndices,
+        VecEnvObs,
+        VecEnvStepReturn,
+    )
+else:
+    try:
+        from stable_baselines3.common.vec_env.base_vec_env import VecEnv
+    except ImportError as exc:  # SB3 is an extra: `import shmvec` and ShmVectorEnv work without it
+
+        class VecEnv:
+            """Stands in for SB3's ``VecEnv`` where SB3 (or the torch it needs) does not import:
+            building a :class:`ShmVecEnv` then fails at once, in one line that says what to install."""
+
+            _why = f"{type(exc).__name__}: {exc}"
+
+            def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+                raise ModuleNotFoundError(
+                    f"ShmVecEnv needs Stable-Baselines3: pip install 'shmvec[sb3]' ({cls._why}); "
+                    "ShmVectorEnv, the Gymnasium face, needs neither SB3 nor torch"
+                )
 
 
 class ShmVecEnv(VecEnv):

@@ -10,6 +10,38 @@ import psutil
 import pytest
 
 from shmvec.memory.ring import SEGMENT_PREFIX
+from tests import core_suite
+
+# CI's core stage (no extras installed): the modules that need an extra are not collected.
+CORE = os.environ.get("SHMVEC_CORE_SUITE") == "1"
+_LEFT_OUT = core_suite.left_out() if CORE else {}
+collect_ignore = list(_LEFT_OUT)
+
+
+def pytest_report_header(config):
+    if not CORE:
+        return []
+    lines = [f"core suite: {len(_LEFT_OUT)} test modules need an extra (they run in the full suite):"]
+    return lines + [f"  {name}: {missing}" for name, missing in _LEFT_OUT.items()]
+
+
+def pytest_collection_modifyitems(config, items):
+    """Core suite: leave out the tests of core modules whose own code needs torch or SB3."""
+    if not CORE:
+        return
+    out = [item for item in items if core_suite.test_lacks(getattr(item, "function", None))]
+    if out:
+        config.hook.pytest_deselected(items=out)
+        items[:] = [item for item in items if item not in out]
+        config._core_left_out = [item.nodeid for item in out]
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    left_out = getattr(config, "_core_left_out", [])
+    if left_out:
+        terminalreporter.write_line(f"core suite: {len(left_out)} tests need torch or SB3 (full suite only):")
+        for nodeid in left_out:
+            terminalreporter.write_line(f"  {nodeid}")
 
 
 def shm_segments(pid: int | None = None) -> set[str]:

@@ -3,24 +3,22 @@ table, the area resize, on real ALE screens of several games and on random scree
 
 from __future__ import annotations
 
+import ale_py  # the atari extra: a core install (tests/core_suite.py) leaves this module out
 import cv2
 import numpy as np
 import pytest
+from ale_py import roms
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shmvec.atari import palette
 from shmvec.atari.warp import MAX, Warp, area_table, checked, colour
-from tests.helpers import require
 
 GAMES = ["pong", "breakout", "space_invaders", "ms_pacman", "seaquest", "qbert", "montezuma_revenge"]
 
 
 def _screens(game: str, frames: int = 400, every: int = 3):
     """(index screen, RGB screen, gray screen) of every ``every``-th frame of random play."""
-    ale_py = require("ale_py", 'pip install -e ".[atari]"')
-    from ale_py import roms
-
     ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)
     ale = ale_py.ALEInterface()
     ale.setInt("random_seed", 1)

@@ -20,7 +20,7 @@ from tests.helpers import assert_obs_equal
 
 TINY = "tests.envs:make_small_synthetic"
 # Backends that step Python env factories (EnvPool runs its own C++ envs instead).
-FACTORY_BACKENDS = ["subproc", "shm", "async", "sync", "shm-vector", "shm-auto", "shm-pin"]
+FACTORY_BACKENDS = ["subproc", "shm", "async", "sync", "shm-vector", "shm-auto", "shm-pin", "shm-portable"]
 
 
 def _run(backend: str, n_envs: int, steps: int, n_workers: int | None = None) -> list[tuple]:

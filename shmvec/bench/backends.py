@@ -8,7 +8,8 @@ Backends: ``dummy`` (SB3 DummyVecEnv), ``subproc`` (SB3 SubprocVecEnv), ``shm`` 
 ``async`` (gymnasium ``AsyncVectorEnv(shared_memory=True)``), ``sync`` (gymnasium ``SyncVectorEnv``),
 ``shm-vector`` (:class:`shmvec.ShmVectorEnv`, the Gymnasium face), ``shm-auto`` (ShmVecEnv with
 ``n_workers="auto"``, to compare with hand-picked ``shm`` counts), ``shm-pin`` (ShmVecEnv with
-``worker_cpus="auto"``: each worker pinned to one CPU), ``envpool`` (EnvPool's C++
+``worker_cpus="auto"``: each worker pinned to one CPU), ``shm-portable`` (ShmVecEnv on the portable
+transport, :mod:`shmvec.transports.portable`), ``envpool`` (EnvPool's C++
 Atari envs, for ALE ids only; see :mod:`shmvec.bench.envpool_backend`), ``shm-pool``
 (ShmVectorEnv in pool mode, ``batch_size`` envs per batch step, see :class:`PoolAdapter`),
 ``shm-wrappers`` (ShmVecEnv with ``native_step=False``) and, for ``--recipe sb3-atari`` only,
@@ -68,6 +69,10 @@ def _shm_pin(env_fns: EnvFns, n_workers: int | None, start_method: str, **option
 
 def _shm_wrappers(env_fns: EnvFns, n_workers: int | None, start_method: str, **options: Any) -> Any:
     return _shm(env_fns, n_workers, start_method, native_step=False, **options)
+
+
+def _shm_portable(env_fns: EnvFns, n_workers: int | None, start_method: str, **options: Any) -> Any:
+    return _shm(env_fns, n_workers, start_method, transport="portable", **options)
 
 
 def _async(env_fns: EnvFns, n_workers: int | None, start_method: str) -> Any:
@@ -269,6 +274,7 @@ for _name, _builder, _workers, _stacking, _text in (
     ("envpool", _envpool, False, _OWN, "EnvPool's C++ Atari envs (ALE ids only; the envpool extra)"),
     ("shm-auto", _shm_auto, False, _OWN, "ShmVecEnv(n_workers='auto'): workers for envs that wait"),
     ("shm-pin", _shm_pin, True, _OWN, "ShmVecEnv(worker_cpus='auto'): each worker pinned to one CPU"),
+    ("shm-portable", _shm_portable, True, _OWN, "ShmVecEnv(transport='portable'): pipes only, any platform"),
     ("shm-pool", _shm_pool, False, _OWN, "ShmVectorEnv pool mode: send/recv, --batch-size envs a batch"),
     ("shm-wrappers", _shm_wrappers, True, _OWN, "ShmVecEnv(native_step=False): every step via wrappers"),
     ("ale-vec", _ale_vec, False, _OWN, "ale_py.AtariVectorEnv, C++ threads (--recipe sb3-atari only)"),

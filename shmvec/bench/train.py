@@ -31,7 +31,7 @@ from shmvec.bench.policy import algo_class, parse_policy
 from shmvec.engine.groups import usable_cpus
 
 # Backends that must train identically to DummyVecEnv for the same seed.
-EQUIVALENT = ("dummy", "shm", "shm-pin")
+EQUIVALENT = ("dummy", "shm", "shm-pin", "shm-portable")
 # The gymnasium adapters are not SB3 VecEnvs: SB3 cannot train on them.
 _NOT_TRAINABLE = ("async", "sync", "shm-vector", "envpool", "shm-pool")
 

@@ -60,13 +60,13 @@ def build(
 def make_transport(
     options: Options, ctx: Any, start_method: str, worker_envs: list[range], env_fns: list[Callable[[], Any]]
 ) -> Transport:
-    """The transport of ``options.backend``: local processes, or Ray actors (imports Ray)."""
+    """The transport of ``options.backend``: local processes (through ``options.transport``, resolved by
+    :meth:`Options.checked`: the Linux transport or the portable one), or Ray actors (imports Ray)."""
     if options.backend == "ray":
         from shmvec.transports.ray.transport import RayTransport  # imports Ray: only for this backend
 
         args = (worker_envs, env_fns, options.worker_threads, options.timeout, options.isolate_rng)
         return RayTransport(*args, ray_options=options.ray_options)
-    from shmvec.transports.local import LocalTransport
     from shmvec.transports.processes import Processes
 
     # worker_cpus="auto" was resolved to a list of CPUs by Options.checked().
@@ -74,4 +74,10 @@ def make_transport(
     procs = Processes(
         ctx, start_method, worker_envs, env_fns, options.worker_threads, options.isolate_rng, cpus
     )
+    if options.transport == "portable":
+        from shmvec.transports.portable import PortableTransport
+
+        return PortableTransport(procs, options.timeout)
+    from shmvec.transports.local import LocalTransport
+
     return LocalTransport(procs, options.timeout)

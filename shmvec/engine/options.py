@@ -19,7 +19,7 @@ from shmvec.engine.groups import usable_cpus
 from shmvec.frame_stack import ChannelsOrder, stacked_factory
 from shmvec.memory.layout import Leaf
 from shmvec.restart import ON_CRASH_MODES, RestartBudget
-from shmvec.transports import check_backend, default_codecs
+from shmvec.transports import can_pin, check_backend, choose_transport, default_codecs, has_procfs, supported
 
 if TYPE_CHECKING:
     from shmvec.fidelity import Tolerance
@@ -179,6 +179,15 @@ class Options:
     ``codec`` (default None here means the lossless ``delta`` codec for leaves of 1 KiB or more;
     ``codec="raw"`` sends them as they are). Needs Ray: ``pip install -e ".[ray]"`` in a clone of
     shmvec; see the guide "Workers on a Ray cluster"."""
+    transport: str = "auto"
+    """How the local backend's main process reaches its workers. ``"auto"`` (default): the
+    environment variable ``SHMVEC_TRANSPORT`` if set, else ``"linux"`` where it can run and
+    ``"portable"`` elsewhere. ``"linux"``: the ring's doorbell (futexes and an ``eventfd``: one
+    system call wakes a batch's workers, one wakes the main process) and ``epoll``. ``"portable"``:
+    one pipe message per worker and command, waited on with ``multiprocessing.connection.wait``,
+    from what Python offers on Linux, macOS and Windows alike; observations still go through shared
+    memory, and results are the same. See the guide "Platforms and the portable transport" for what
+    each costs. Not with ``backend="ray"``."""
     ray_options: Mapping[str, Any] | None = None
     """``backend="ray"`` only: options of every actor, as for ``ray.remote(...).options(...)``:
     ``num_cpus``, ``num_gpus``, ``memory``, ``resources``, ``scheduling_strategy``,
@@ -248,6 +257,7 @@ class Options:
             raise ValueError(f"autoreset must be one of {AUTORESET_MODES}, got {self.autoreset!r}")
         RestartBudget(self.max_restarts, self.restart_window)  # checks its own arguments
         check_backend(self.backend, self.ray_options)
+        transport = choose_transport(self.transport, self.backend)
         fs = self.frame_stack
         if fs is not None and (isinstance(fs, bool) or not isinstance(fs, int) or fs < 1):
             raise ValueError(f"frame_stack must be a whole number >= 1 or None, got {fs!r}")
@@ -255,9 +265,16 @@ class Options:
 
         columns_for(self.info_keys)  # checks the option
         worker_cpus = resolve_worker_cpus(self.worker_cpus, n_workers, self.backend)
-        spin = resolve_spin(self.worker_spin_us, n_workers, self.backend)
+        spin = resolve_spin(self.worker_spin_us, n_workers, self.backend, transport)
+        pause = self.pause_openmp and supported("pause_openmp", has_procfs(), "/proc")
         return replace(
-            self, n_workers=n_workers, n_slots=n_slots, worker_cpus=worker_cpus, worker_spin_us=spin
+            self,
+            n_workers=n_workers,
+            n_slots=n_slots,
+            worker_cpus=worker_cpus,
+            worker_spin_us=spin,
+            transport=transport,
+            pause_openmp=pause,
         )
 
     def env_fns(self, env_fns: list[Callable[[], gym.Env]]) -> list[Callable[[], gym.Env]]:
@@ -322,19 +339,23 @@ class Options:
 DEFAULT_SPIN_US = 1000
 
 
-def resolve_spin(spin_us: int | None, n_workers: int, backend: str) -> int:
+def resolve_spin(spin_us: int | None, n_workers: int, backend: str, transport: str = "linux") -> int:
     """The poll budget of each worker in µs: as given, else :data:`DEFAULT_SPIN_US` when every
     worker can have a CPU of its own and 0 when there are more workers than CPUs (a polling worker
-    would take turns from the others).
+    would take turns from the others). The workers poll the doorbell's words: with the portable
+    transport they block in their pipe instead (0, with a note if a budget was given).
 
     :raises ValueError: for a negative or non-integer budget, or one given with ``backend="ray"``.
     """
     if spin_us is None:
-        return DEFAULT_SPIN_US if backend == "local" and n_workers <= usable_cpus() else 0
+        linux = backend == "local" and transport == "linux"
+        return DEFAULT_SPIN_US if linux and n_workers <= usable_cpus() else 0
     if isinstance(spin_us, bool) or not isinstance(spin_us, (int, np.integer)) or spin_us < 0:
         raise ValueError(f"worker_spin_us must be a whole number of µs >= 0 or None, got {spin_us!r}")
     if spin_us and backend != "local":
         raise ValueError(f"worker_spin_us applies to local worker processes; backend={backend!r} has none")
+    if spin_us and not supported("worker_spin_us", transport == "linux", "the Linux transport's doorbell"):
+        return 0
     return int(spin_us)
 
 
@@ -350,10 +371,9 @@ def resolve_worker_cpus(
         return None
     if backend != "local":
         raise ValueError(f"worker_cpus pins local worker processes; backend={backend!r} places its own")
-    try:
-        allowed = sorted(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        raise ValueError("worker_cpus needs Linux (os.sched_setaffinity)") from None
+    if not supported("worker_cpus", can_pin(), "os.sched_setaffinity (Linux)"):
+        return None
+    allowed = sorted(os.sched_getaffinity(0))
     if worker_cpus == "auto":
         cpus = allowed
     else:

@@ -91,7 +91,7 @@ def lay_out(env_spaces: list[Any], options: Options, slots: Slots, n_workers: in
         array_action_leaf(act_space),
         encoded,
         columns,
-        n_workers if local else 0,
+        n_workers if options.transport == "linux" else 0,  # the doorbell's words
     )
     try:
         threads = options.decode_threads_for(codecs)

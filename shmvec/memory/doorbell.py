@@ -143,7 +143,7 @@ def check_available() -> None:
         raise RuntimeError(
             "shmvec's local workers need Linux futexes and os.eventfd (Python >= 3.10 on Linux, on "
             f"x86-64, arm64, riscv64, ppc64 or s390x); this is {platform.system()} on "
-            f"{platform.machine()}. Use backend='ray', or SB3's SubprocVecEnv."
+            f"{platform.machine()}. transport='portable' (the default here) runs on every platform."
         )
 
 

@@ -213,7 +213,7 @@ class Ring:
         # buffer object but not a buffer export, so SharedMemory.close() would unmap memory under
         # live arrays (a segfault for copy=False users). This mapping is unmapped only when the last
         # array referencing it is garbage collected.
-        self._mm: mmap.mmap | None = mmap.mmap(shm._fd, spec.size)  # type: ignore[attr-defined]
+        self._mm: mmap.mmap | None = _map(shm, spec.size)
         fields = {f.name: f for f in spec.fields}
         # Per observation leaf: one slot's shape, dtype, first byte and size (lend_obs is per step).
         self._lend_plan = [
@@ -354,6 +354,14 @@ class Ring:
             with contextlib.suppress(FileNotFoundError):
                 shm.unlink()
         shm.close()
+
+
+def _map(shm: shared_memory.SharedMemory, size: int) -> mmap.mmap:
+    """A mapping of the segment apart from ``shm``'s own: of its file descriptor (POSIX), or of the
+    named section (Windows, where it has none; the section lives while any handle to it does)."""
+    if sys.platform == "win32":
+        return mmap.mmap(-1, size, tagname=shm.name)
+    return mmap.mmap(shm._fd, size)  # type: ignore[attr-defined]
 
 
 SEGMENT_PREFIX = "psm_sv"

@@ -1,11 +1,14 @@
 """Transports: how the engine reaches its workers.
 
-``"local"`` (the default): worker processes on this machine, the ring's doorbell and a pipe each
-(:mod:`shmvec.transports.local`). ``"ray"``: each worker is a Ray actor, possibly on another
-machine; observations travel encoded by the codecs as Ray return values
-(:mod:`shmvec.transports.ray`). Both implement the contract of :mod:`shmvec.transports.base` and
-serve the same commands with the same worker code (:mod:`shmvec.worker`), so neither the engine
-nor the faces know which one runs.
+``"local"`` (the default): worker processes on this machine, observations in the shared-memory
+ring, reached by one of two transports (``transport=``, :func:`choose_transport`): ``"linux"``, the
+ring's doorbell and a pipe each (:mod:`shmvec.transports.local`), or ``"portable"``, a pipe each and
+nothing else (:mod:`shmvec.transports.portable`; macOS, Windows, or any platform without the
+doorbell's futexes and ``eventfd``); both share :mod:`shmvec.transports.pipes`. ``"ray"``: each
+worker is a Ray actor, possibly on another machine; observations travel encoded by the codecs as
+Ray return values (:mod:`shmvec.transports.ray`). All implement the contract of
+:mod:`shmvec.transports.base` and serve the same commands with the same worker code
+(:mod:`shmvec.worker`), so neither the engine nor the faces know which one runs.
 
 This module imports no Ray: the local backend never loads it. Nothing here imports the engine
 (arrows point down); the engine picks the transport (:func:`shmvec.engine.build.make_transport`).
@@ -13,15 +16,25 @@ This module imports no Ray: the local backend never loads it. Nothing here impor
 
 from __future__ import annotations
 
+import os
+import platform
+import select
+import warnings
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from shmvec.errors import PlatformWarning
 from shmvec.memory.layout import Leaf
 
 if TYPE_CHECKING:
     from shmvec.codecs import Codec
 
 BACKENDS = ("local", "ray")
+#: The local backend's transports; "auto": the Linux one where it can run, else the portable one.
+TRANSPORTS = ("auto", "linux", "portable")
+#: Environment variable that picks the transport where ``transport="auto"`` (e.g. ``portable``, so a
+#: whole test suite runs on the portable transport).
+TRANSPORT_VAR = "SHMVEC_TRANSPORT"
 
 # Leaves smaller than this (bytes) travel raw on the Ray wire: a codec call costs more than it saves.
 SMALL_LEAF_BYTES = 1024
@@ -45,6 +58,72 @@ def check_backend(backend: str, ray_options: Mapping[str, Any] | None) -> None:
         raise ValueError(f"ray_options needs backend='ray', got backend={backend!r}")
 
 
+def linux_transport_missing() -> str | None:
+    """What the Linux transport needs that this platform lacks (None: it can run here)."""
+    from shmvec.memory import doorbell
+
+    if not doorbell.available():
+        return "Linux futexes and os.eventfd (x86-64, arm64, riscv64, ppc64 or s390x)"
+    if not hasattr(select, "epoll"):
+        return "select.epoll"
+    return None
+
+
+def has_procfs() -> bool:
+    """Whether ``/proc`` describes this process's threads and libraries (Linux)."""
+    return os.path.isdir("/proc/self/task")
+
+
+def can_pin() -> bool:
+    """Whether worker processes can be pinned to CPUs here (Linux's ``sched_setaffinity``)."""
+    return hasattr(os, "sched_setaffinity") and hasattr(os, "sched_getaffinity")
+
+
+def supported(feature: str, works: bool, needs: str) -> bool:
+    """``works``, with a one-line :class:`~shmvec.errors.PlatformWarning` when it does not: the
+    Linux-only ``feature`` is off here (it needs ``needs``)."""
+    if not works:
+        warnings.warn(
+            f"shmvec: {feature} is off on {platform.system()}: it needs {needs}",
+            PlatformWarning,
+            stacklevel=5,
+        )
+    return works
+
+
+def choose_transport(transport: str, backend: str) -> str:
+    """The transport that runs: ``"linux"`` or ``"portable"`` for the local backend (``"auto"``:
+    :data:`TRANSPORT_VAR` if set, else the Linux one where :func:`linux_transport_missing` finds
+    nothing missing), ``"auto"`` for Ray (its own).
+
+    :raises ValueError: for an unknown name, a transport given with ``backend="ray"``, or
+        ``"linux"`` where it cannot run.
+    """
+    if transport not in TRANSPORTS:
+        raise ValueError(f"transport must be one of {TRANSPORTS}, got {transport!r}")
+    if backend != "local":
+        if transport != "auto":
+            raise ValueError(
+                f"transport={transport!r} picks how local workers are reached; "
+                f"backend={backend!r} has its own"
+            )
+        return transport
+    wanted, source = transport, f"transport={transport!r}"
+    if transport == "auto" and os.environ.get(TRANSPORT_VAR):
+        wanted, source = os.environ[TRANSPORT_VAR], f"{TRANSPORT_VAR}={os.environ[TRANSPORT_VAR]}"
+        if wanted not in TRANSPORTS:
+            raise ValueError(f"{source}: the environment variable must be one of {TRANSPORTS}")
+    missing = linux_transport_missing()
+    if wanted == "linux" and missing is not None:
+        raise ValueError(
+            f"{source} needs {missing}, which {platform.system()} on {platform.machine()} lacks: "
+            "leave transport='auto' (the portable transport here) or pass transport='portable'"
+        )
+    if wanted == "auto":
+        return "portable" if missing is not None else "linux"
+    return wanted
+
+
 def default_codecs(obs_leaves: list[Leaf]) -> tuple[Codec | None, ...] | None:
     """The Ray backend's codec per observation leaf when the user chose none: ``delta`` with zstd
     (lossless; 868-1,188x on Atari frames) for leaves of at least :data:`SMALL_LEAF_BYTES`, else
@@ -65,4 +144,15 @@ def default_codecs(obs_leaves: list[Leaf]) -> tuple[Codec | None, ...] | None:
     return None if all(c is None for c in codecs) else codecs
 
 
-__all__ = ["BACKENDS", "check_backend", "default_codecs"]
+__all__ = [
+    "BACKENDS",
+    "TRANSPORTS",
+    "TRANSPORT_VAR",
+    "can_pin",
+    "check_backend",
+    "choose_transport",
+    "default_codecs",
+    "has_procfs",
+    "linux_transport_missing",
+    "supported",
+]

@@ -8,7 +8,6 @@ the start method needs them) and what must be released in
 
 from __future__ import annotations
 
-import os
 import tempfile
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -104,10 +103,7 @@ class Processes:
         """The fault of dead worker ``w`` (waits up to 1 s for its exit code)."""
         process = res.processes[w]
         process.join(1.0)
-        try:
-            text = os.pread(res.fault_logs[w][0], 1 << 16, 0).decode(errors="replace")
-        except (OSError, IndexError):
-            text = ""
+        text = res.read_fault_log(w)
         error = crash_error(
             w, process.pid, self.worker_envs[w], process.exitcode, command, text, self.start_method
         )

@@ -24,13 +24,14 @@ _CLOSE_GRACE_S = 5.0
 
 class Resources:
     """What must be released whatever happens: processes, pipes, fault logs, the ``eventfd`` and the
-    ``epoll`` object, the ring (the engine closes its reader, and so its decode threads, itself)."""
+    ``epoll`` object (the Linux transport's; None for the portable one), the ring (the engine closes
+    its reader, and so its decode threads, itself)."""
 
-    def __init__(self, wake: Connection) -> None:
+    def __init__(self, wake: Connection | None = None) -> None:
         self.processes: list[Any] = []
         self.remotes: list[Connection] = []
         self.wake = wake
-        self.epoll = select.epoll()
+        self.epoll = None if wake is None else select.epoll()
         self.bell: MainBell | None = None
         self.attached: list[bool] = []
         self.ring: Ring | None = None
@@ -40,9 +41,18 @@ class Resources:
     def close_fault_log(self, w: int) -> None:
         fd, path = self.fault_logs[w]
         with suppress(OSError):
-            os.unlink(path)
-        with suppress(OSError):
             os.close(fd)
+        with suppress(OSError):  # closed first: Windows unlinks no open file
+            os.unlink(path)
+
+    def read_fault_log(self, w: int) -> str:
+        """What worker ``w``'s faulthandler wrote (empty if nothing, or the log is gone)."""
+        try:
+            fd = self.fault_logs[w][0]
+            os.lseek(fd, 0, os.SEEK_SET)
+            return os.read(fd, 1 << 16).decode(errors="replace")
+        except (OSError, IndexError):
+            return ""
 
     def release(self, graceful: bool = True) -> None:
         """Stop the workers (``graceful``: ask first, then terminate), close pipes, free the ring."""
@@ -65,8 +75,10 @@ class Resources:
         for w in range(len(self.fault_logs)):
             self.close_fault_log(w)
         self.fault_logs = []
-        self.epoll.close()
-        self.wake.close()
+        if self.epoll is not None:
+            self.epoll.close()
+        if self.wake is not None:
+            self.wake.close()
         self.bell = None  # its arrays are views of the ring
         if self.ring is not None:
             self.ring.close()
@@ -89,7 +101,7 @@ class Resources:
         close = framing.dumps(Close())
         for remote in self.remotes:
             with suppress(OSError, ValueError):
-                framing.write_message(remote.fileno(), close)
+                remote.send_bytes(close)  # Connection's own framing: the same bytes as framing's on POSIX
         for w, process in enumerate(self.processes):
             while process.is_alive() and time.monotonic() < deadline:
                 self._drain_replies([w], 0.02)

@@ -2,16 +2,19 @@
 
 Start-up goes through the pipe (the ring is laid out from the spaces the worker reports): the worker
 builds its envs and sends :class:`~shmvec.wire.messages.Ready`, then reads
-:class:`~shmvec.wire.messages.Attach`, maps the ring and answers. From then on it sleeps on the
-ring's doorbell (:mod:`shmvec.memory.doorbell`): a step whose actions are in the ring arrives as
-words in shared memory and is answered in the ring alone, unless an info or reset info is left
-over; any other command arrives as a message in the pipe. An exception in an env is answered as an
-error and the loop goes on.
+:class:`~shmvec.wire.messages.Attach`, maps the ring and answers. From then on, under the Linux
+transport, it sleeps on the ring's doorbell (:mod:`shmvec.memory.doorbell`): a step whose actions
+are in the ring arrives as words in shared memory and is answered in the ring alone, unless an info
+or reset info is left over; any other command arrives as a message in the pipe. Under the portable
+transport (no doorbell) every command is a message in the pipe, and every command is answered there
+(an empty message: a step that left nothing over). Either way an exception in an env is answered as
+an error and the loop goes on.
 """
 
 from __future__ import annotations
 
 import os
+import pickle
 import signal
 from collections.abc import Callable
 from multiprocessing.connection import Connection
@@ -35,7 +38,7 @@ from shmvec.worker.waiting import CommandWait
 def worker_main(
     w: int,
     conn: Connection,
-    wake: Connection,
+    wake: Connection | None,
     env_fns: bytes | list[Callable[[], Any]],
     first_env: int,
     n_threads: int | None,
@@ -47,7 +50,8 @@ def worker_main(
 
     :param w: this worker's index.
     :param conn: this worker's end of its pipe to the main process.
-    :param wake: the main process's ``eventfd`` (as a Connection, so every start method passes it).
+    :param wake: the main process's ``eventfd`` (as a Connection, so every start method passes it);
+        None under the portable transport (no doorbell: every command comes through the pipe).
     :param env_fns: the env factories, cloudpickled (spawn/forkserver) or as objects (fork).
     :param first_env: global index of the first env of this worker.
     :param n_threads: BLAS/OpenMP threads allowed in this worker (None: leave as is).
@@ -63,60 +67,108 @@ def worker_main(
     pin_to_cpu(cpu)
     limit_threads(n_threads)
     pid = os.getpid()
-    fd = conn.fileno()
+    pipe = Pipe(conn) if wake is None else FdPipe(conn.fileno())
     group, ready = start_group(env_fns, first_env, isolate_rng, pid)
     try:
-        framing.send(fd, ready)
+        pipe.send(framing.dumps(ready))
         if group is not None:
-            _serve(group, w, fd, wake.fileno(), pid)
+            _serve(group, w, pipe, wake)
     except (EOFError, OSError):
         pass  # the main process is gone
     finally:
         if group is not None:
             group.close()
         conn.close()
-        wake.close()
+        if wake is not None:
+            wake.close()
 
 
-def _serve(group: EnvGroup, w: int, fd: int, wake_fd: int, pid: int) -> None:
-    table = handlers(group)
-    msg = framing.receive(fd)
-    if isinstance(msg, m.Close):
-        return
-    reply = answer(group, table, msg, pid)
-    attached = not isinstance(reply, m.Failed) and group.ring is not None and group.ring.bell is not None
-    spin = CommandWait()
-    # Before the reply: the main process posts the next command as soon as it has it, and the bell
-    # must have taken the command words as they were before that.
-    bell = WorkerBell(group.ring.bell, w, wake_fd, fd, spin) if attached else None  # type: ignore[union-attr,arg-type]
-    framing.send(fd, reply)
-    if bell is None:
-        # Not attached: nothing to do but wait for the main process to close us.
-        while not isinstance(framing.receive(fd), m.Close):
-            pass
-        return
-    while True:
-        spin.spin_s = group.spin_s
-        command = bell.wait()
+class Pipe:
+    """Commands and replies as messages in the worker's pipe (``multiprocessing.Connection``: every
+    platform); every command is answered, a step answered by the ring alone with an empty message."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+
+    def send(self, data: bytes) -> None:
+        self.conn.send_bytes(data)
+
+    def receive(self) -> m.Command:
+        return pickle.loads(self.conn.recv_bytes())
+
+    def next(self, group: EnvGroup) -> m.Command | None:
+        """The next command (None: the main process is gone)."""
+        return self.receive()
+
+    def finish(self, data: bytes | None) -> None:
+        """The command is done: send its reply (None: nothing over, the ring holds it all)."""
+        self.send(data or b"")
+
+
+class FdPipe(Pipe):
+    """The same messages read and written on the bare file descriptor (see :mod:`shmvec.wire.framing`)."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def send(self, data: bytes) -> None:
+        framing.write_message(self.fd, data)
+
+    def receive(self) -> m.Command:
+        return framing.receive(self.fd)
+
+
+class Bell:
+    """The Linux transport once the worker is attached: steps whose actions are in the ring come as
+    doorbell words, other commands are woken for and read from the pipe; only replies with something
+    left over are sent."""
+
+    def __init__(self, pipe: FdPipe, bell: WorkerBell, spin: CommandWait) -> None:
+        self.pipe, self.bell, self.spin = pipe, bell, spin
+
+    def next(self, group: EnvGroup) -> m.Command | None:
+        self.spin.spin_s = group.spin_s
+        command = self.bell.wait()
         if command is None:
-            return  # the main process is gone
-        spin.received()
+            return None  # the main process is gone
+        self.spin.received()
         op, slot = command
-        msg = m.Step(slot) if op == OP_STEP else framing.receive(fd)
-        if isinstance(msg, m.Close):
+        return m.Step(slot) if op == OP_STEP else self.pipe.receive()
+
+    def finish(self, data: bytes | None) -> None:
+        if data is not None:
+            self.pipe.send(data)
+        self.bell.finish(data is not None)
+        self.spin.done()
+
+
+def _serve(group: EnvGroup, w: int, pipe: Pipe, wake: Connection | None) -> None:
+    table = handlers(group)
+    first = pipe.receive()
+    if isinstance(first, m.Close):
+        return
+    pid = os.getpid()
+    reply = answer(group, table, first, pid)
+    channel: Pipe | Bell = pipe
+    words = None if isinstance(reply, m.Failed) or group.ring is None else group.ring.bell
+    if isinstance(pipe, FdPipe) and wake is not None and words is not None:
+        # Before the reply: the main process posts the next command as soon as it has it, and the bell
+        # must have taken the command words as they were before that.
+        spin = CommandWait()
+        channel = Bell(pipe, WorkerBell(words, w, wake.fileno(), pipe.fd, spin), spin)
+    pipe.send(_encode(first, reply, group.first_env))
+    while True:
+        msg = channel.next(group)
+        if msg is None or isinstance(msg, m.Close):
             return
         reply = answer(group, table, msg, pid)
         # A step that left nothing over is answered by the ring alone.
         has_reply = not isinstance(reply, m.Stepped) or bool(reply.items) or reply.objects is not None
-        if has_reply:
-            _reply(fd, msg, reply, group.first_env)
-        bell.finish(has_reply)
-        spin.done()
+        channel.finish(_encode(msg, reply, group.first_env) if has_reply else None)
 
 
-def _reply(fd: int, msg: m.Command, reply: m.Reply, first_env: int) -> None:
+def _encode(msg: m.Command, reply: m.Reply, first_env: int) -> bytes:
     try:
-        data = framing.dumps(reply)
+        return framing.dumps(reply)
     except Exception as exc:  # e.g. an info dict or attribute value that cannot be pickled
-        data = framing.dumps(unpicklable(msg, reply, first_env, exc))
-    framing.write_message(fd, data)
+        return framing.dumps(unpicklable(msg, reply, first_env, exc))
