@@ -24,10 +24,19 @@ def check(found: Difference | None, where: str = "") -> None:
         raise AssertionError(f"{where}{' ' if where else ''}{found.field}{env}: {found.detail}")
 
 
+def _leaves_as_arrays(obs: Any) -> Any:
+    if isinstance(obs, dict):
+        return {k: _leaves_as_arrays(v) for k, v in obs.items()}
+    if isinstance(obs, tuple):
+        return tuple(_leaves_as_arrays(v) for v in obs)
+    return np.asarray(obs)
+
+
 def assert_obs_equal(a: Any, b: Any, where: str = "obs", ordered: bool = True) -> None:
     """Exact equality of observations (array, dict or tuple), including dtype and (if ``ordered``)
-    dict key order."""
-    check(value_difference(a, b, where, ordered))
+    dict key order. Leaves are compared as arrays: a batch's ``np.int64`` equals an env's own ``int``
+    observation of a Discrete space (both ``int64`` arrays)."""
+    check(value_difference(_leaves_as_arrays(a), _leaves_as_arrays(b), where, ordered))
 
 
 def assert_step_equal(got: tuple, want: tuple, t: int) -> None:
