@@ -29,7 +29,11 @@ def pytest_collection_modifyitems(config, items):
     """Core suite: leave out the tests of core modules whose own code needs torch or SB3."""
     if not CORE:
         return
-    out = [item for item in items if core_suite.test_lacks(getattr(item, "function", None))]
+    out = [
+        item
+        for item in items
+        if item.get_closest_marker("sb3") or core_suite.test_lacks(getattr(item, "function", None))
+    ]
     if out:
         config.hook.pytest_deselected(items=out)
         items[:] = [item for item in items if item not in out]

@@ -6,7 +6,8 @@ The core venv holds shmvec with the ``codecs`` extra (no torch, no SB3) and the 
 is left out when importing it fails for want of a library that only another extra (or the full
 suite's test tools) brings, or when it imports SB3's face ``ShmVecEnv`` (which needs the ``sb3``
 extra, though it imports without it) or ``shmvec.bench`` (the ``bench`` extra); a test in a core
-module is left out when its own code imports torch or SB3 or uses ``ShmVecEnv``. The run's header
+module is left out when its own code imports torch or SB3 or uses ``ShmVecEnv``, or when it is
+marked ``sb3`` (it needs SB3 through a library call or a subprocess, which its code does not show). The run's header
 names the modules left out and what each lacks, its summary the tests, so that what stops being core
 is seen.
 """

@@ -79,6 +79,7 @@ print(opened, len(schedstat_fds()), unraisable)
 """
 
 
+@pytest.mark.sb3  # its subprocess trains PPO
 def test_a_vec_env_dropped_without_close_leaves_no_resource_warning(tmp_path):
     """A VecEnv dropped without close(), under warnings as errors: no "unclosed file" warning from
     the /proc files the OpenMP pause kept open, and those files closed."""
