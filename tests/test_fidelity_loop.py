@@ -171,7 +171,10 @@ def test_cli_closed_loop_and_recommendation(tiny_model, tmp_path, capsys):
     assert main(argv) == 0
     text = capsys.readouterr().out
     assert "closed loop: the model acts (greedy) on decoded observations, 3 episodes" in text
-    assert "within the spread, safe for this model and env: delta backend=lz4 key_every=256 (+0, CI +0 to +0)" in text
+    assert (
+        "within the spread, safe for this model and env: delta backend=lz4 key_every=256 (+0, CI +0 to +0)"
+        in text
+    )
     result = json.loads(out.read_text())
     loop = {r["codec"]: r for r in result["closed_loop"]}
     assert result["episodes"] == 3 and loop["delta"]["verdict"] == "within"

@@ -62,6 +62,24 @@ def test_the_docs_show_the_committed_figure_with_its_command():
     assert (ROOT / "docs" / "img" / "learning_curve.png").stat().st_size > 10_000
 
 
+@pytest.mark.sb3
+def test_a_lossless_codec_in_the_training_loop_gives_the_raw_parameters():
+    """Same seed, a few updates on ColourDotEnv: delta must give raw's parameters bit for bit; a
+    coarse JPEG (the dot gone) must not, or the comparison could not fail."""
+    lc = _learning_curve()
+    hp = dict(lc.HP, n_steps=16, batch_size=64, n_epochs=1)
+    runs = {
+        c: lc.run_one(c, 0, 256, hp, task="ColourDotEnv") for c in ("shm", "shm+delta", "shm+jpeg:quality=25")
+    }
+    assert runs["shm+delta"]["params_sha256"] == runs["shm"]["params_sha256"]
+    assert runs["shm+delta"]["episodes"][-1][1:] == runs["shm"]["episodes"][-1][1:]
+    assert runs["shm+jpeg:quality=25"]["params_sha256"] != runs["shm"]["params_sha256"]
+    result = {"seeds": [0], "runs": [{"config": c, "seed": 0, **r} for c, r in runs.items()]}
+    assert lc.problems(result) == []
+    result["runs"][1]["params_sha256"] = "0" * 64
+    assert lc.problems(result) == ["seed 0: shm+delta's parameters differ from raw shm's (a lossless codec)"]
+
+
 @pytest.mark.slow
 def test_smoke_run_trains_every_configuration(tmp_path):
     require("minigrid", "pip install minigrid")
@@ -104,3 +122,28 @@ def test_bench_train_plots_the_learning_curves(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "dummy: mean return >= -1 after " in proc.stdout and "shm: mean return >= -1 after " in proc.stdout
     assert plot.stat().st_size > 10_000
+
+
+@pytest.mark.slow
+def test_codec_study_smoke_run(tmp_path):
+    """The study's two scripts, tiny: codecs in the training loop, then the raw-trained model
+    through each codec (closed and open loop)."""
+    models, out, evaluated = tmp_path / "models", tmp_path / "lc.json", tmp_path / "ce.json"
+    proc = run_python(
+        *(str(ROOT / "benchmarks" / "learning_curve.py"), "--smoke", "--task", "dot", "--json", str(out)),
+        *("--codec", "raw,delta,jpeg:quality=25", "--save-models", str(models)),
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]  # 1: delta's parameters differ from raw's
+    result = json.loads(out.read_text())
+    assert [r["config"] for r in result["runs"]] == ["shm", "shm+delta", "shm+jpeg:quality=25"]
+    assert "| codec jpeg:quality=25 |" in proc.stdout
+    proc = run_python(
+        *(str(ROOT / "benchmarks" / "codec_eval.py"), "--smoke", "--task", "dot", "--models", str(models)),
+        *("--json", str(evaluated)),
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    loop = json.loads(evaluated.read_text())["models"][0]["closed_loop"]
+    assert loop["delta"]["return_difference"] == 0 and loop["delta"]["verdict"] == "within"
+    assert len(loop["jpeg:quality=25"]["decoded_returns"]) == 3
