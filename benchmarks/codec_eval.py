@@ -1,9 +1,9 @@
 """Trained policies through every codec: open loop and closed loop (``shmvec.fidelity.closed_loop``).
 
-    python benchmarks/learning_curve.py --task dot --codec raw --seeds 0,1,2 --save-models /tmp/models
-    python benchmarks/codec_eval.py --task dot --models /tmp/models --seeds 0,1,2 --episodes 30 \\
-        --json benchmarks/results/codec_eval_dot.json
-    python benchmarks/codec_eval.py --smoke --task dot --models /tmp/models --json /tmp/ce.json
+    python benchmarks/learning_curve.py --task stripes --codec raw --seeds 0,1,2 --save-models /tmp/models
+    python benchmarks/codec_eval.py --task stripes --models /tmp/models --seeds 0,1,2 --episodes 30 \\
+        --json benchmarks/results/codec_eval_stripes.json
+    python benchmarks/codec_eval.py --smoke --task stripes --models /tmp/models --json /tmp/ce.json
 
 Each raw-trained model (``TASK_shm_SEED.zip``, saved by ``learning_curve.py --save-models``) plays
 ``--episodes`` episodes on raw observations and the same episodes (same reset seeds) through each

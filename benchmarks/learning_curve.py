@@ -5,14 +5,13 @@
     python benchmarks/learning_curve.py --from-json benchmarks/results/learning_curve.json \\
         --markdown benchmarks/results/learning_curve.md --plot docs/img/learning_curve.png
     python benchmarks/learning_curve.py --smoke --json /tmp/lc.json   # seconds: the tests run this
-    python benchmarks/learning_curve.py --task dot --codec raw,delta,jpeg:quality=50 --json /tmp/c.json
+    python benchmarks/learning_curve.py --task stripes --codec raw,delta,jpeg:quality=50 --json /tmp/c.json
 
 With ``--codec`` the configurations are ShmVecEnv with each codec in the training loop (``raw``: no
 codec): ``shm+delta``, ``shm+jpeg:quality=50``, ... (lossy codecs with a tolerance that never
-trips, so the agent trains on what the codec gives). ``--task dot`` trains on
-:class:`shmvec.synthetic.ColourDotEnv` instead, where a 2x2 coloured dot decides the reward: the
-small, colour-only detail that lossy image codecs drop first (see its docstring); PPO reaches ~9.5
-of 10 in about 30,000 env steps. A lossless codec must give the raw run's parameters, bit for bit:
+trips, so the agent trains on what the codec gives). ``--task stripes`` trains on
+:class:`shmvec.synthetic.StripesEnv` instead, where faint 1-pixel stripes decide the reward: the
+fine detail that lossy image codecs drop first (see its docstring). A lossless codec must give the raw run's parameters, bit for bit:
 the script exits 1 if it does not.
 
 The task is MiniGrid's ``MiniGrid-Empty-Random-6x6-v0`` seen as pixels (``RGBImgPartialObsWrapper``:
@@ -51,8 +50,8 @@ from shmvec.bench import curves
 ROOT = Path(__file__).resolve().parents[1]
 TASK = "MiniGrid-Empty-Random-6x6-v0"
 CONFIGS = ("dummy", "subproc", "shm", "cleanrl")
-TASK_NAMES = {"minigrid": TASK, "dot": "ColourDotEnv"}
-SHAPES = {TASK: "56x56x3", "ColourDotEnv": "48x48x3"}
+TASK_NAMES = {"minigrid": TASK, "stripes": "StripesEnv"}
+SHAPES = {TASK: "56x56x3", "StripesEnv": "36x36x3"}
 LABELS = {
     "dummy": "SB3 PPO, DummyVecEnv",
     "subproc": "SB3 PPO, SubprocVecEnv",
@@ -61,7 +60,7 @@ LABELS = {
 }
 N_ENVS = 8
 THRESHOLD = 0.9
-TASKS = {TASK: THRESHOLD, "ColourDotEnv": 9.0}  # task -> return threshold
+TASKS = {TASK: THRESHOLD, "StripesEnv": 9.0}  # task -> return threshold
 HP: dict[str, Any] = {
     "n_steps": 128,
     "batch_size": 256,
@@ -202,9 +201,9 @@ def task_env(task: str) -> Any:
     """The env factory of a task (its name in :data:`TASKS`)."""
     if task == TASK:
         return functools.partial(minigrid_pixels, TASK)
-    from shmvec.synthetic import ColourDotEnv
+    from shmvec.synthetic import StripesEnv
 
-    return ColourDotEnv
+    return StripesEnv
 
 
 def run_one(
@@ -341,7 +340,7 @@ def main() -> int:
         if args.codec:
             configs = ["shm" if c == "raw" else f"shm+{c}" for c in args.codec.split(",") if c]
         if task != TASK and "cleanrl" in configs:
-            parser.error("cleanrl runs MiniGrid only: leave it out of --configs with --task dot")
+            parser.error("cleanrl runs MiniGrid only: leave it out of --configs with --task stripes")
         result = {"task": task, "steps": args.steps, "seeds": seeds, "hp": hp, "n_envs": N_ENVS}
         result |= {"threshold": TASKS[task], "cpus": usable_cpus(), "runs": []}
         if args.codec:

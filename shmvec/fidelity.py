@@ -326,6 +326,6 @@ def load_model(path: str, algo: str = "ppo") -> Any:
 
 
 # The closed loop has a module of its own (this one would pass 400 lines); it imports the names above,
-# so it is imported last, and shmvec.fidelity.closed_loop works as the issue and the docs name it.
+# so it is imported last, and shmvec.fidelity.closed_loop works as the docs name it.
 from shmvec.fidelity_loop import ClosedLoopReport as ClosedLoopReport  # noqa: E402
 from shmvec.fidelity_loop import closed_loop as closed_loop  # noqa: E402

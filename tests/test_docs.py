@@ -60,6 +60,7 @@ DOCUMENTED_MODULES = [
     "shmvec.engine.core",
     "shmvec.engine.options",
     "shmvec.fidelity",
+    "shmvec.fidelity_loop",
     "shmvec.synthetic",
     "shmvec.bench.runner",
     "shmvec.bench.results",

@@ -64,12 +64,12 @@ def test_the_docs_show_the_committed_figure_with_its_command():
 
 @pytest.mark.sb3
 def test_a_lossless_codec_in_the_training_loop_gives_the_raw_parameters():
-    """Same seed, a few updates on ColourDotEnv: delta must give raw's parameters bit for bit; a
-    coarse JPEG (the dot gone) must not, or the comparison could not fail."""
+    """Same seed, a few updates on StripesEnv: delta must give raw's parameters bit for bit; a
+    coarse JPEG (the stripes gone) must not, or the comparison could not fail."""
     lc = _learning_curve()
     hp = dict(lc.HP, n_steps=16, batch_size=64, n_epochs=1)
     runs = {
-        c: lc.run_one(c, 0, 256, hp, task="ColourDotEnv") for c in ("shm", "shm+delta", "shm+jpeg:quality=25")
+        c: lc.run_one(c, 0, 256, hp, task="StripesEnv") for c in ("shm", "shm+delta", "shm+jpeg:quality=25")
     }
     assert runs["shm+delta"]["params_sha256"] == runs["shm"]["params_sha256"]
     assert runs["shm+delta"]["episodes"][-1][1:] == runs["shm"]["episodes"][-1][1:]
@@ -130,7 +130,7 @@ def test_codec_study_smoke_run(tmp_path):
     through each codec (closed and open loop)."""
     models, out, evaluated = tmp_path / "models", tmp_path / "lc.json", tmp_path / "ce.json"
     proc = run_python(
-        *(str(ROOT / "benchmarks" / "learning_curve.py"), "--smoke", "--task", "dot", "--json", str(out)),
+        *(str(ROOT / "benchmarks" / "learning_curve.py"), "--smoke", "--task", "stripes", "--json", str(out)),
         *("--codec", "raw,delta,jpeg:quality=25", "--save-models", str(models)),
         timeout=900,
     )
@@ -139,7 +139,14 @@ def test_codec_study_smoke_run(tmp_path):
     assert [r["config"] for r in result["runs"]] == ["shm", "shm+delta", "shm+jpeg:quality=25"]
     assert "| codec jpeg:quality=25 |" in proc.stdout
     proc = run_python(
-        *(str(ROOT / "benchmarks" / "codec_eval.py"), "--smoke", "--task", "dot", "--models", str(models)),
+        *(
+            str(ROOT / "benchmarks" / "codec_eval.py"),
+            "--smoke",
+            "--task",
+            "stripes",
+            "--models",
+            str(models),
+        ),
         *("--json", str(evaluated)),
         timeout=600,
     )
