@@ -43,7 +43,8 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
-from policy_loop import run_fresh  # benchmarks/ is the script's path
+from codec_axis import codec_options, compact  # benchmarks/ is the script's path
+from policy_loop import run_fresh
 
 from shmvec.bench import curves
 
@@ -60,7 +61,7 @@ LABELS = {
 }
 N_ENVS = 8
 THRESHOLD = 0.9
-TASKS = {TASK: THRESHOLD, "StripesEnv": 9.0}  # task -> return threshold
+TASKS = {TASK: THRESHOLD, "StripesEnv": 8.0}  # task -> return threshold
 HP: dict[str, Any] = {
     "n_steps": 128,
     "batch_size": 256,
@@ -185,18 +186,6 @@ def run_measured(config: str, seed: int, steps: int, hp: dict[str, Any], **kwarg
     return out
 
 
-def codec_options(config: str) -> dict[str, Any]:
-    """ShmVecEnv's options for a configuration ``shm+CODEC`` (none for the others). A lossy codec
-    needs a tolerance: max error 255 never trips on uint8, so training sees what the codec gives."""
-    if not config.startswith("shm+"):
-        return {}
-    from shmvec.codecs import parse
-    from shmvec.fidelity import Tolerance
-
-    codec = parse(config[len("shm+") :])
-    return {"codec": codec} | ({} if codec.lossless else {"tolerance": Tolerance(max_abs_error=255)})
-
-
 def task_env(task: str) -> Any:
     """The env factory of a task (its name in :data:`TASKS`)."""
     if task == TASK:
@@ -229,6 +218,11 @@ def _runs(result: dict[str, Any]) -> dict[str, list[list[curves.Episode]]]:
     for r in result["runs"]:
         out.setdefault(r["config"], []).append([tuple(e) for e in r["episodes"]])  # type: ignore[misc]
     return out
+
+
+def window(result: dict[str, Any]) -> int:
+    """Entries per point of a curve: :data:`curves.WINDOW` episodes, in chunks after :func:`compact`."""
+    return max(1, curves.WINDOW // result.get("episode_chunk", 1))
 
 
 def problems(result: dict[str, Any]) -> list[str]:
@@ -267,15 +261,17 @@ def label(config: str, codecs: bool = False) -> str:
 def markdown(result: dict[str, Any]) -> str:
     """The table under the plot: per configuration, the time to the threshold and the whole run."""
     threshold, codecs = result["threshold"], codec_axis(result)
+    chunk = result.get("episode_chunk", 1)
+    chunks = f" (as {window(result)} means of {chunk})" if chunk > 1 else ""
     lines = [
         f"| configuration | return >= {threshold:g} after: seconds | env steps | whole run, s | "
         "final return | others' CPU, cores |",
         "|---|---|---|---|---|---|",
     ]
     for config, runs in _runs(result).items():
-        reached = curves.reached(runs, threshold)
+        reached = curves.reached(runs, threshold, window(result))
         walls = [r["wall_s"] for r in result["runs"] if r["config"] == config]
-        finals = [statistics.fmean(e[2] for e in run[-curves.WINDOW :]) for run in runs if run]
+        finals = [statistics.fmean(e[2] for e in run[-window(result) :]) for run in runs if run]
         others = [r["others_cores"] for r in result["runs"] if r["config"] == config and "others_cores" in r]
 
         def spread(xs: list[float], fmt: str) -> str:
@@ -291,7 +287,7 @@ def markdown(result: dict[str, Any]) -> str:
     lines.append(
         f"{result['task']} as {SHAPES[result['task']]} pixels, {N_ENVS} envs, {result['steps']:,} env steps per run, seeds "
         f"{', '.join(map(str, result['seeds']))}, {result['cpus']} CPUs; medians over seeds "
-        f"(min-max). Return: the mean of the last {curves.WINDOW} episodes. Others' CPU: cores that "
+        f"(min-max). Return: the mean of the last {curves.WINDOW} episodes{chunks}. Others' CPU: cores that "
         "processes other than the run kept busy meanwhile (- where not measured)."
     )
     return "\n".join(lines) + "\n"
@@ -318,6 +314,12 @@ def main() -> int:
     parser.add_argument(
         "--save-models", type=Path, help="save each trained model here (TASK_CONFIG_SEED.zip)"
     )
+    parser.add_argument(
+        "--chunk",
+        type=int,
+        default=1,
+        help="with --from-json and --json: write episodes merged N by N (compact)",
+    )
     parser.add_argument("--one", nargs=2, metavar=("CONFIG", "SEED"), help=argparse.SUPPRESS)
     parser.add_argument("--save", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -332,6 +334,9 @@ def main() -> int:
         return 0
     if args.from_json:
         result = json.loads(args.from_json.read_text())
+        if args.json:
+            result = compact(result, args.chunk) if args.chunk > 1 else result
+            args.json.write_text(json.dumps(result, separators=(",", ":")) + "\n")
     else:
         from shmvec.engine.groups import usable_cpus
 
@@ -369,6 +374,7 @@ def main() -> int:
             args.plot,
             title,
             result["threshold"],
+            window(result),
             labels=lambda c: label(c, codec_axis(result)),
         )
     found = problems(result)

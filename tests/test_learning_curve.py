@@ -62,6 +62,17 @@ def test_the_docs_show_the_committed_figure_with_its_command():
     assert (ROOT / "docs" / "img" / "learning_curve.png").stat().st_size > 10_000
 
 
+def test_compacted_episodes_keep_the_last_window_s_mean_and_the_steps():
+    run = [[float(i), 10 * i, float(i % 7)] for i in range(1, 128)]
+    small = _learning_curve().compact({"runs": [{"config": "shm", "episodes": run}]}, 10)
+    entries = small["runs"][0]["episodes"]
+    assert small["episode_chunk"] == 10 and len(entries) == 13 and entries[-1][:2] == run[-1][:2]
+    assert np.mean([e[2] for e in entries[-5:]]) == pytest.approx(
+        np.mean([e[2] for e in run[-50:]]), abs=1e-3
+    )
+    assert _learning_curve().window(small) == 5
+
+
 @pytest.mark.sb3
 def test_a_lossless_codec_in_the_training_loop_gives_the_raw_parameters():
     """Same seed, a few updates on StripesEnv: delta must give raw's parameters bit for bit; a
