@@ -119,7 +119,7 @@ def codec_eval(out: Path) -> None:
             ax.set_xscale("log")
             ax.grid(alpha=0.3, which="both")
         bottom.set_xlabel("compression ratio (raw / encoded bytes), log scale")
-        top.legend(fontsize=7, loc="lower left")
+        top.legend(fontsize=7, loc="best")
     _save(fig, out)
 
 
@@ -132,7 +132,7 @@ def eval_markdown(task: str) -> str:
     result = _read(f"codec_eval_{task}.json")
     lines = [
         "| codec | ratio | PSNR dB | return difference, mean (95% CI over the models' intervals) | "
-        "actions changed, closed loop | open loop | verdicts (models) |",
+        "actions changed: closed loop | open loop | verdicts (models) |",
         "|---|---|---|---|---|---|---|",
     ]
     for p in eval_points(result):
@@ -141,7 +141,7 @@ def eval_markdown(task: str) -> str:
             f"{v} {p['verdicts'].count(v)}" for v in ("within", "unclear", "outside") if v in p["verdicts"]
         )
         lines.append(
-            f"| {p['codec']} | {p['ratio']:,.1f}x | {psnr} | {p['diff']:+.2f} ({p['low']:+.2f} to {p['high']:+.2f}) | "
+            f"| {p['codec']} | {p['ratio']:,.1f}x | {psnr} | {p['diff']:+.3f} ({p['low']:+.3f} to {p['high']:+.3f}) | "
             f"{p['closed_change']:.1%} | {p['open_change']:.1%} | {verdicts} |"
         )
     spread = statistics.fmean(p["spread"] for p in eval_points(result))
@@ -149,7 +149,7 @@ def eval_markdown(task: str) -> str:
         "",
         f"{result['task']}: {len(result['seeds'])} raw-trained models (seeds {', '.join(map(str, result['seeds']))}), "
         f"{result['episodes']} paired episodes each (reset seeds 10,000 on), greedy actions; raw returns' "
-        f"SD over episodes {spread:.2f} (mean over models). Ratio and PSNR: {result['frames']} random-action "
+        f"SD over episodes {spread:.3f} (mean over models). Ratio and PSNR: {result['frames']} random-action "
         "frames. Verdict per model: within (the CI lies inside +- the raw SD), outside (wholly beyond "
         "it), unclear.",
     ]
