@@ -286,7 +286,7 @@ def markdown(result: dict[str, Any]) -> str:
     lines.append("")
     lines.append(
         f"{result['task']} as {SHAPES[result['task']]} pixels, {N_ENVS} envs, {result['steps']:,} env steps per run, seeds "
-        f"{', '.join(map(str, result['seeds']))}, {result['cpus']} CPUs; medians over seeds "
+        f"{', '.join(map(str, sorted({r['seed'] for r in result['runs']})))}, {result['cpus']} CPUs; medians over seeds "
         f"(min-max). Return: the mean of the last {curves.WINDOW} episodes{chunks}. Others' CPU: cores that "
         "processes other than the run kept busy meanwhile (- where not measured)."
     )

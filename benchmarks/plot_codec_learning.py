@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import statistics
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -52,14 +53,15 @@ def codec_learning(out: Path) -> None:
         grid = np.linspace(0, end, 150)
         for config, seeds in runs.items():
             lines = np.array([curves.curve(r, 1, grid, learning_curve.window(result)) for r in seeds if r])
-            with np.errstate(all="ignore"):
-                mean = np.nanmean(lines, axis=0)
-            ax.plot(
-                grid, mean, label=learning_curve.label(config, True).removeprefix("codec "), linewidth=1.2
-            )
-            ax.fill_between(grid, np.nanmin(lines, axis=0), np.nanmax(lines, axis=0), alpha=0.1)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)  # grid points where no seed has a value
+                mean, low, high = (f(lines, axis=0) for f in (np.nanmean, np.nanmin, np.nanmax))
+            name = learning_curve.label(config, True).removeprefix("codec ")
+            ax.plot(grid, mean, label=name, linewidth=1.2)
+            ax.fill_between(grid, low, high, alpha=0.1)
         ax.axhline(result["threshold"], color="gray", linestyle=":", linewidth=0.8)
-        ax.set_title(f"{TITLES[task]}, {len(result['seeds'])} seeds", fontsize=9)
+        seeds = len({r["seed"] for r in result["runs"]})
+        ax.set_title(f"{TITLES[task]}: {result['steps']:,} steps, {seeds} seeds", fontsize=9)
         ax.set_xlabel("env steps")
         ax.set_ylabel(f"return (mean of last {curves.WINDOW} episodes)")
         ax.grid(alpha=0.3)
@@ -93,6 +95,7 @@ def eval_points(result: dict[str, Any]) -> list[dict[str, Any]]:
 def codec_eval(out: Path) -> None:
     """Return difference (CI: lowest to highest bound over models) and action changes against ratio."""
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullFormatter
     from plots import _save
 
     tasks = _have("codec_eval")
@@ -117,6 +120,7 @@ def codec_eval(out: Path) -> None:
         bottom.set_ylabel("actions changed, % (o closed, x open loop)")
         for ax in (top, bottom):
             ax.set_xscale("log")
+            ax.xaxis.set_minor_formatter(NullFormatter())  # 3x10^1 and 4x10^1 would run into each other
             ax.grid(alpha=0.3, which="both")
         bottom.set_xlabel("compression ratio (raw / encoded bytes), log scale")
         top.legend(fontsize=7, loc="best")

@@ -27,6 +27,7 @@ import numpy as np  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 sys.path.insert(0, str(ROOT / "benchmarks"))  # learning_curve, for its JSON's reading
+from plot_codec_learning import FIGURES as CODEC_FIGURES  # noqa: E402
 from plot_layout import layout_problems, place_above  # noqa: E402
 
 NAMES = {
@@ -466,6 +467,7 @@ FIGURES: dict[str, Callable[[Path], None]] = {
     "ray_wire": ray_wire,
     "pool": pool,
     "codecs": codecs,
+    **CODEC_FIGURES,
 }
 
 

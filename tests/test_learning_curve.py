@@ -165,3 +165,22 @@ def test_codec_study_smoke_run(tmp_path):
     loop = json.loads(evaluated.read_text())["models"][0]["closed_loop"]
     assert loop["delta"]["return_difference"] == 0 and loop["delta"]["verdict"] == "within"
     assert len(loop["jpeg:quality=25"]["decoded_returns"]) == 3
+
+
+@pytest.mark.parametrize("task", ["minigrid", "stripes"])
+def test_codec_study_tables_are_rendered_from_the_committed_json(task):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import plot_codec_learning
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    results = ROOT / "benchmarks" / "results"
+    learned = json.loads((results / f"codec_learning_{task}.json").read_text())
+    assert _learning_curve().markdown(learned) == (results / f"codec_learning_{task}.md").read_text(), (
+        f"codec_learning_{task}.md is stale: python benchmarks/learning_curve.py --from-json "
+        f"benchmarks/results/codec_learning_{task}.json --markdown benchmarks/results/codec_learning_{task}.md"
+    )
+    assert _learning_curve().problems(learned) == []  # delta's parameters are raw's, seed for seed
+    assert plot_codec_learning.eval_markdown(task) == (results / f"codec_eval_{task}.md").read_text(), (
+        "stale: python benchmarks/plot_codec_learning.py"
+    )
