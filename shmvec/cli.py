@@ -6,11 +6,11 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TypeVar
 
-T = TypeVar("T")
+from shmvec.cli_usage import UsageError
+from shmvec.cli_usage import checked as _checked
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -136,21 +136,6 @@ def _parser() -> argparse.ArgumentParser:
 
     add_codecs_parser(sub)
     return parser
-
-
-class UsageError(ValueError):
-    """Bad input (an option, an env name, an env that cannot be built): :func:`main` prints it as one
-    line. Anything else is a bug, in shmvec or in an env, and keeps its traceback."""
-
-
-def _checked(check: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    """Run a check of the user's input; its ValueError or TypeError becomes a :class:`UsageError`
-    (first line of the message only)."""
-    try:
-        return check(*args, **kwargs)
-    except (ValueError, TypeError) as exc:
-        text = str(exc).strip()
-        raise UsageError(text.splitlines()[0] if text else type(exc).__name__) from exc
 
 
 def _json_object(text: str, what: str) -> dict:

@@ -9,7 +9,8 @@ import json
 import os
 from typing import Any
 
-from shmvec.cli import UsageError, _checked
+from shmvec.cli_usage import UsageError
+from shmvec.cli_usage import checked as _checked
 
 DEFAULT_EPISODES = 20
 
@@ -71,7 +72,7 @@ def _label(codec: str, params: dict[str, Any]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run ``shmvec codecs``; bad input is a :class:`shmvec.cli.UsageError`."""
+    """Run ``shmvec codecs``; bad input is a :class:`shmvec.cli_usage.UsageError`."""
     _check(args)
     from shmvec import codecs as codec_registry
     from shmvec import fidelity

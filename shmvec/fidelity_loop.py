@@ -1,4 +1,6 @@
-"""Closed-loop fidelity: does a policy that acts on decoded observations still earn its return?
+"""The policy's view of a codec: open loop (:func:`policy_effect`: the same frames, raw and decoded,
+fed to the policy) and closed loop (:func:`closed_loop`: does a policy that acts on decoded
+observations still earn its return?).
 
 :func:`closed_loop` plays the same episodes (the same reset seeds) once with the policy acting on
 raw observations and once per codec with it acting on decoded ones, while the env runs as usual.
@@ -11,7 +13,8 @@ raw policy's own episode-to-episode spread (:meth:`ClosedLoopReport.verdict`).
 
 Actions are greedy (``model.predict(obs, deterministic=True)`` for SB3 models), so with a lossless
 codec both runs take the same actions and the difference is exactly 0.
-Also available as ``shmvec.fidelity.closed_loop`` and ``shmvec.fidelity.ClosedLoopReport``.
+``PolicyEffect``, ``policy_effect``, ``closed_loop`` and ``ClosedLoopReport`` are also ``shmvec.fidelity``'s.
+Only numpy is imported at module level.
 """
 
 from __future__ import annotations
@@ -25,7 +28,90 @@ from typing import Any, Literal
 import numpy as np
 
 from shmvec.codecs import Codec, get
-from shmvec.fidelity import PolicyEffect, policy_effect, roundtrip
+
+
+@dataclass
+class PolicyEffect:
+    """How a policy's outputs change when it sees decoded instead of raw frames.
+
+    :param action_change_rate: fraction of frames whose greedy action differs (0-1).
+    :param max_value_change: largest absolute change of the value estimate (None if the policy has none).
+    :param mean_kl: mean KL(raw || decoded) of the action distributions, nats (None if unavailable).
+    :param n_frames: frames compared.
+    """
+
+    action_change_rate: float
+    max_value_change: float | None
+    mean_kl: float | None
+    n_frames: int
+
+
+PolicyFn = Callable[[np.ndarray], dict[str, np.ndarray]]
+
+
+def _sb3_outputs(model: Any, obs: np.ndarray) -> dict[str, np.ndarray]:
+    """Greedy actions, values and action probabilities/means of an SB3 model for a batch."""
+    import torch
+
+    policy = model.policy if hasattr(model, "policy") else model
+    with torch.no_grad():
+        obs_t, _ = policy.obs_to_tensor(obs)
+        if hasattr(policy, "get_distribution"):  # actor-critic (PPO, A2C)
+            dist = policy.get_distribution(obs_t)
+            out = {"action": dist.get_actions(deterministic=True).cpu().numpy(), "dist": dist.distribution}
+            if hasattr(policy, "predict_values"):
+                out["value"] = policy.predict_values(obs_t).cpu().numpy().reshape(-1)
+            return out
+        if hasattr(policy, "q_net"):  # DQN: value = max Q
+            q = policy.q_net(obs_t)
+            return {"action": q.argmax(dim=1).cpu().numpy(), "value": q.max(dim=1).values.cpu().numpy()}
+    raise TypeError(f"cannot probe {type(model).__name__}: pass an SB3 PPO/A2C/DQN model or a callable")
+
+
+def _kl(raw: Any, dec: Any) -> float | None:
+    """Mean KL(raw || decoded): from torch distributions or from probability arrays."""
+    if raw is None or dec is None:
+        return None
+    if isinstance(raw, np.ndarray):
+        p, q = np.clip(raw, 1e-12, 1), np.clip(dec, 1e-12, 1)
+        return float(np.mean(np.sum(p * (np.log(p) - np.log(q)), axis=-1)))
+    import torch
+
+    kl = torch.distributions.kl_divergence(raw, dec)
+    if kl.ndim > 1:  # independent action dimensions (diagonal Gaussian): sum over them
+        kl = kl.sum(dim=-1)
+    return float(kl.mean())
+
+
+def policy_effect(policy: Any, raw: np.ndarray, decoded: np.ndarray, batch_size: int = 64) -> PolicyEffect:
+    """Compare a policy's outputs on raw and on decoded frames.
+
+    :param policy: an SB3 model (PPO, A2C: actions, values, KL; DQN: actions, max Q as value) or a
+        callable taking a batch of observations and returning a dict with ``"action"`` and optionally
+        ``"value"`` and ``"probs"`` (action probabilities, for KL).
+    :param raw: ``(n, *obs_shape)`` observations as the policy expects them.
+    :param decoded: the same after the codec.
+    :param batch_size: frames per forward pass (default 64).
+    """
+    if raw.shape != decoded.shape:
+        raise ValueError(f"raw {raw.shape} and decoded {decoded.shape} frames differ in shape")
+    run: Callable[[np.ndarray], dict[str, Any]] = (
+        policy if callable(policy) and not hasattr(policy, "predict") else (lambda x: _sb3_outputs(policy, x))
+    )
+    changed, max_dv, kls, have_value = 0, 0.0, [], False
+    for lo in range(0, len(raw), batch_size):
+        a, b = run(raw[lo : lo + batch_size]), run(decoded[lo : lo + batch_size])
+        changed += int(np.sum(np.asarray(a["action"]) != np.asarray(b["action"])))
+        if "value" in a:
+            have_value = True
+            max_dv = max(max_dv, float(np.max(np.abs(np.asarray(a["value"]) - np.asarray(b["value"])))))
+        kl = _kl(a.get("dist", a.get("probs")), b.get("dist", b.get("probs")))
+        if kl is not None:
+            kls.append((kl, len(a["action"])))
+    n = len(raw)
+    mean_kl = sum(k * m for k, m in kls) / n if kls else None
+    return PolicyEffect(changed / max(n, 1), max_dv if have_value else None, mean_kl, n)
+
 
 # Student's t, two-sided 95% (0.975 quantile), for 1-30 degrees of freedom; above 30 the
 # Cornish-Fisher expansion in _t95 is within 0.001 of the exact value.
@@ -152,6 +238,15 @@ class _Channel:
         return self.codec.decode(self.buf[:n], np.empty(self.shape, self.dtype), self.dec)
 
 
+def _decoded(channel: _Channel, episodes: list[list[np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """The raw run's frames stacked, and the same through ``channel`` (a stream per episode)."""
+    decoded = []
+    for frames in episodes:
+        channel.restart()
+        decoded += [channel(f) for f in frames]
+    return np.stack([f for frames in episodes for f in frames]), np.stack(decoded)
+
+
 def _episode(env: Any, act: Act, seed: int, channel: _Channel | None, frames: list | None) -> tuple:
     """Play one episode from ``reset(seed=seed)``; ``(return, steps, steps whose action changed)``."""
     obs, _ = env.reset(seed=seed)
@@ -206,16 +301,15 @@ def closed_loop(
         space = env.observation_space
         channels = [_Channel(c, tuple(space.shape), np.dtype(space.dtype)) for c in chosen]
         act = _actor(policy)
-        frames: list[np.ndarray] = []
-        raw = [_episode(env, act, s, None, frames)[0] for s in seeds]
+        frames: list[list[np.ndarray]] = [[] for _ in seeds]
+        raw = [_episode(env, act, s, None, f)[0] for s, f in zip(seeds, frames)]
         reports = []
         for codec, channel in zip(chosen, channels):
             runs = [_episode(env, act, s, channel, None) for s in seeds]
             steps = sum(r[1] for r in runs)
             effect = None
             if open_loop:
-                stacked = np.stack(frames)
-                effect = policy_effect(policy, stacked, roundtrip(codec, stacked)[0])
+                effect = policy_effect(policy, *_decoded(channel, frames))
             reports.append(
                 ClosedLoopReport(
                     codec=codec.name,
