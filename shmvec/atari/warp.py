@@ -13,9 +13,11 @@ indices (0.3 µs each) and one numba call does the rest:
 
 Step 2's per-row sums depend on that row's two index rows alone, and most rows of a game screen are
 the same as a step earlier: each env keeps its rows' sums (:class:`WarpState`) and recomputes only
-the rows whose indices changed (9-40 of 210 on Pong, Breakout, MsPacman, Seaquest). When most rows
+the rows whose indices changed (9-45 of 210 on Pong, Breakout, MsPacman, Seaquest). When most rows
 changed, all are recomputed at once with the horizontal pass running over every source row together
-(vectorised). Neither changes a single float operation, only which are done and their interleaving.
+(vectorised). A destination row depends on its few source rows alone, so the env also keeps the frame
+it gave last and recomputes only the destination rows a changed source row feeds. None of this
+changes a single float operation, only which are done and their interleaving.
 
 :class:`Warp` checks itself against OpenCV when it is built (:func:`checked`): an OpenCV whose area
 resize computes otherwise makes the native path step through the wrappers instead.
@@ -67,16 +69,29 @@ def area_table(ssize: int, dsize: int) -> tuple[np.ndarray, np.ndarray, np.ndarr
 
 @numba.njit(cache=True, nogil=True, boundscheck=False)
 def _changed_rows(i0, i1, prev, valid, changed) -> int:
-    """Mark the rows where ``i0`` or ``i1`` differ from ``prev`` (all, if not ``valid``); how many."""
+    """Mark the rows where ``i0`` or ``i1`` differ from ``prev`` (all, if not ``valid``); how many.
+    Rows whose width is a multiple of 8 bytes are compared 8 bytes at a time."""
     height, width = i0.shape
+    if not valid:
+        changed[:] = True
+        return height
+    words = width // 8 if width % 8 == 0 else 0
+    if words:
+        a = i0.reshape(height * width).view(np.uint64).reshape(height, words)
+        b = i1.reshape(height * width).view(np.uint64).reshape(height, words)
+        pa = prev[0].reshape(height * width).view(np.uint64).reshape(height, words)
+        pb = prev[1].reshape(height * width).view(np.uint64).reshape(height, words)
     n = 0
     for sy in range(height):
-        same = valid
-        if same:
+        diff = False
+        if words:
+            for k in range(words):
+                diff |= (a[sy, k] != pa[sy, k]) | (b[sy, k] != pb[sy, k])
+        else:
             for sx in range(width):
-                same &= (i0[sy, sx] == prev[0, sy, sx]) & (i1[sy, sx] == prev[1, sy, sx])
-        changed[sy] = not same
-        n += not same
+                diff |= (i0[sy, sx] != prev[0, sy, sx]) | (i1[sy, sx] != prev[1, sy, sx])
+        changed[sy] = diff
+        n += diff
     return n
 
 
@@ -129,34 +144,42 @@ def _store(acc: np.ndarray, out: np.ndarray, dy: int) -> None:
 
 
 @numba.njit(cache=True, nogil=True, boundscheck=False)
-def _vertical(buf, acc, out, yd, ys, yw) -> None:
-    prev = yd[0]
-    acc[:] = 0
-    for j in range(len(yd)):
-        dy, sy, w = yd[j], ys[j], yw[j]
-        if dy != prev:
-            _store(acc, out, prev)
-            for dx in range(len(acc)):
-                acc[dx] = w * buf[sy, dx]
-            prev = dy
-        else:
+def _vertical(buf, acc, last, changed, ys, yw, ystart) -> None:
+    """Per destination row fed by a changed source row: the rows' sums times their weights, in
+    OpenCV's order, into ``last`` (the env's previous frame, whose other rows stay as they are)."""
+    for dy in range(len(ystart) - 1):
+        lo, hi = ystart[dy], ystart[dy + 1]
+        dirty = False
+        for j in range(lo, hi):
+            dirty |= changed[ys[j]]
+        if not dirty:
+            continue
+        sy, w = ys[lo], yw[lo]
+        for dx in range(len(acc)):
+            acc[dx] = w * buf[sy, dx]
+        for j in range(lo + 1, hi):
+            sy, w = ys[j], yw[j]
             for dx in range(len(acc)):
                 acc[dx] = acc[dx] + w * buf[sy, dx]
-    _store(acc, out, prev)
+        _store(acc, last, dy)
 
 
 @numba.njit(cache=True, nogil=True, boundscheck=False)
-def warp_frame(i0, i1, table, out, prev, valid, changed, buf, g, gt, buft, acc, x, taps, weights, y) -> int:
+def warp_frame(i0, i1, table, out, prev, valid, changed, buf, last, g, gt, buft, acc, x, taps, weights, y) -> int:
     """``out[:] = area_resize(table[i0 << 8 | i1])`` (see the module docstring): ``prev``, ``valid``,
-    ``changed``, ``buf`` are the env's :class:`WarpState`, the rest the warp's tables and scratch.
-    Returns the rows recomputed."""
+    ``changed``, ``buf``, ``last`` are the env's :class:`WarpState`, the rest the warp's tables and
+    scratch. Returns the rows recomputed."""
     n = _changed_rows(i0, i1, prev, valid[0], changed)
     if n > len(changed) // 3:
         _all_rows(i0, i1, table, prev, gt, buft, buf, x[0], x[1], x[2])
     elif n:
         _rows(i0, i1, table, prev, changed, g, buf, taps, weights)
     valid[0] = True
-    _vertical(buf, acc, out, y[0], y[1], y[2])
+    if n:
+        _vertical(buf, acc, last, changed, y[1], y[2], y[3])
+    for dy in range(out.shape[0]):  # (numba's 2-d slice assignment takes 8x as long)
+        for dx in range(out.shape[1]):
+            out[dy, dx] = last[dy, dx]
     return n
 
 
@@ -183,6 +206,7 @@ class WarpState:
         self.valid = np.zeros(1, np.bool_)  # False until the first frame: every row computed
         self.changed = np.zeros(height, np.bool_)
         self.buf = np.zeros((height, warp.size[1]), np.float32)
+        self.last = np.zeros(warp.size, np.uint8)  # the frame it gave last
 
 
 class Warp:
@@ -199,7 +223,9 @@ class Warp:
         dheight, dwidth = size
         self.screen, self.size = screen, size
         self.x = area_table(width, dwidth)
-        self.y = area_table(height, dheight)
+        yd, ys, yw = area_table(height, dheight)
+        # Each destination row's entries of the vertical table: yd is sorted, rows run ystart[d]:[d+1].
+        self.y = (yd, ys, yw, np.searchsorted(yd, np.arange(dheight + 1)).astype(np.int32))
         # The horizontal table per destination column, padded to the most taps any column has.
         counts = np.bincount(self.x[0], minlength=dwidth)
         self.taps = np.zeros((counts.max(), dwidth), np.int32)
@@ -224,7 +250,7 @@ class Warp:
         """Write the frame of index screens ``i0``/``i1`` through pair ``table`` into ``out``, a
         (height, width) uint8 array, for the env whose rows ``state`` holds; the rows recomputed."""
         return warp_frame(
-            i0, i1, table, out, state.prev, state.valid, state.changed, state.buf, *self.scratch,
+            i0, i1, table, out, state.prev, state.valid, state.changed, state.buf, state.last, *self.scratch,
             self.x, self.taps, self.weights, self.y,
         )  # fmt: skip
 
