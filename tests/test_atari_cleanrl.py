@@ -13,15 +13,22 @@ from __future__ import annotations
 import functools
 from contextlib import closing
 
+import ale_py  # the atari extra: a core install (tests/core_suite.py) leaves this module out
 import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
+from stable_baselines3.common.atari_wrappers import (
+    ClipRewardEnv,
+    EpisodicLifeEnv,
+    FireResetEnv,
+    MaxAndSkipEnv,
+    NoopResetEnv,
+)
 
 import shmvec
 from shmvec.atari import emulator
 from shmvec.testing.compare import InfoKeys, gymnasium_difference
-from tests.helpers import require
 
 # What get_attr must read as the wrappers leave it (RecordEpisodeStatistics' time_queue: wall clock).
 STATE = (
@@ -38,20 +45,18 @@ STATE = (
 
 
 def cleanrl(
-    env_id: str, size: tuple[int, int] = (84, 84), extra: bool = False, stack: int = 4, **make
+    env_id: str,
+    size: tuple[int, int] = (84, 84),
+    extra: bool = False,
+    stack: int = 4,
+    keep_dim: bool = False,
+    **make,
 ) -> gym.Env:
     """``make_env``'s thunk of CleanRL's ``ppo_atari.py`` (capture_video off), with Gymnasium 1.x's
     names (``GrayscaleObservation``, ``FrameStackObservation``); ``size``: ResizeObservation's;
-    ``extra``: a reward wrapper more, inside the chain; ``make``: ``gym.make``'s keywords."""
-    from stable_baselines3.common.atari_wrappers import (
-        ClipRewardEnv,
-        EpisodicLifeEnv,
-        FireResetEnv,
-        MaxAndSkipEnv,
-        NoopResetEnv,
-    )
-
-    gym.register_envs(require("ale_py", 'pip install -e ".[atari]"'))
+    ``extra``: a reward wrapper more, inside the chain; ``stack``: FrameStackObservation's size (0:
+    none); ``keep_dim``: GrayscaleObservation's; ``make``: ``gym.make``'s keywords."""
+    gym.register_envs(ale_py)
     env = gym.make(env_id, **make)
     env = gym.wrappers.RecordEpisodeStatistics(env)
     env = NoopResetEnv(env, noop_max=30)
@@ -63,7 +68,7 @@ def cleanrl(
     if extra:
         env = gym.wrappers.TransformReward(env, lambda r: r)
     env = gym.wrappers.ResizeObservation(env, size)
-    env = gym.wrappers.GrayscaleObservation(env)
+    env = gym.wrappers.GrayscaleObservation(env, keep_dim=keep_dim)
     return gym.wrappers.FrameStackObservation(env, stack) if stack else env
 
 
@@ -130,22 +135,45 @@ def test_a_changed_seed_is_caught(no_leaks):
     assert difference is not None
 
 
+def _sb3_stacked() -> gym.Env:
+    """SB3's recipe (no Monitor: its record is wall-clock) under Gymnasium's FrameStackObservation."""
+    from stable_baselines3.common.atari_wrappers import AtariWrapper
+
+    gym.register_envs(ale_py)
+    return gym.wrappers.FrameStackObservation(AtariWrapper(gym.make("BreakoutNoFrameskip-v4")), 4)
+
+
 @pytest.mark.parametrize(
     "fn,path",
     [
         (functools.partial(cleanrl, "BreakoutNoFrameskip-v4", stack=0), "cleanrl-atari"),
         (
+            functools.partial(cleanrl, "BreakoutNoFrameskip-v4", keep_dim=True),
+            "cleanrl-atari+frame-stack-observation",
+        ),
+        (_sb3_stacked, "sb3-atari+frame-stack-observation"),
+        (
             functools.partial(cleanrl, "ALE/Breakout-v5", frameskip=1, size=(64, 96)),
             "cleanrl-atari+frame-stack-observation",
         ),
     ],
-    ids=["no-stack", "v5-sticky-64x96"],
+    ids=["no-stack", "v5-sticky-64x96", "keep-dim", "sb3-recipe-stacked"],
 )
 def test_variants_are_native_and_exact(no_leaks, fn, path):
     difference, statuses, ends = run(fn, n_envs=2, steps=400)
     assert statuses[0].path == path, statuses
     assert difference is None, difference
     assert ends["life lost"], ends
+
+
+@pytest.mark.sb3
+def test_sb3_face_is_native_and_exact(no_leaks):
+    """The same factories under ShmVecEnv against DummyVecEnv (terminal observations included)."""
+    from tests.helpers import equivalent_with_statuses
+
+    fn = functools.partial(cleanrl, "BreakoutNoFrameskip-v4", max_episode_steps=800)
+    statuses = equivalent_with_statuses([fn, fn], 400)
+    assert [s.path for s in statuses] == ["cleanrl-atari+frame-stack-observation"] * 2, statuses
 
 
 @pytest.mark.parametrize(
