@@ -166,6 +166,17 @@ def test_variants_are_native_and_exact(no_leaks, fn, path):
     assert ends["life lost"], ends
 
 
+def test_an_episode_cut_before_the_max_pools_frames_goes_through_the_wrappers_functions(no_leaks):
+    """A TimeLimit of 30 frames cuts episodes in the first step after a reset, before MaxAndSkipEnv
+    has both frames of its max (about one step in 30 here): its buffer, as the reset's steps left
+    it, goes through ResizeObservation's and GrayscaleObservation's own functions."""
+    fn = functools.partial(cleanrl, "BreakoutNoFrameskip-v4", max_episode_steps=30)
+    difference, statuses, ends = run(fn, n_envs=2, steps=300)
+    assert statuses[0].path is not None, statuses
+    assert difference is None, difference
+    assert ends["truncated"] > 100, ends
+
+
 @pytest.mark.sb3
 def test_sb3_face_is_native_and_exact(no_leaks):
     """The same factories under ShmVecEnv against DummyVecEnv (terminal observations included)."""
