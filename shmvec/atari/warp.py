@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Iterator
 
 import numba
 import numpy as np
@@ -165,7 +166,9 @@ def _vertical(buf, acc, last, changed, ys, yw, ystart) -> None:
 
 
 @numba.njit(cache=True, nogil=True, boundscheck=False)
-def warp_frame(i0, i1, table, out, prev, valid, changed, buf, last, g, gt, buft, acc, x, taps, weights, y) -> int:
+def warp_frame(
+    i0, i1, table, out, prev, valid, changed, buf, last, g, gt, buft, acc, x, taps, weights, y
+) -> int:
     """``out[:] = area_resize(table[i0 << 8 | i1])`` (see the module docstring): ``prev``, ``valid``,
     ``changed``, ``buf``, ``last`` are the env's :class:`WarpState`, the rest the warp's tables and
     scratch. Returns the rows recomputed."""
@@ -192,6 +195,25 @@ def colour(idx: np.ndarray, palette: np.ndarray, out: np.ndarray) -> None:
         for x in range(width):
             for c in range(palette.shape[1]):
                 out[y, x, c] = palette[idx[y, x], c]
+
+
+def screen_pairs(screen: tuple[int, int], frames: int) -> Iterator[tuple[np.ndarray, np.ndarray, int]]:
+    """Test pairs of index screens (even indices, as NTSC games show), for checking a warp: random
+    ones and ones with large flat areas and hard edges, as game screens have; each pair first whole
+    (with ``height`` rows to recompute: start from a fresh :class:`WarpState`), then with a few of
+    its rows changed: ``(i0, i1, rows to recompute)``."""
+    rng = np.random.default_rng(0)
+    height, width = screen
+    for f in range(frames):
+        i0 = rng.integers(0, 128, screen, dtype=np.uint8) * 2
+        i1 = rng.integers(0, 128, screen, dtype=np.uint8) * 2
+        if f % 2:
+            i1 = np.where(i0 > 128, i0, 0).astype(np.uint8)
+            i0 = np.repeat(i0[:, :1], width, axis=1)
+        yield i0, i1, height
+        rows = rng.choice(height, size=height // 8, replace=False)
+        i1[rows] = rng.integers(0, 128, (len(rows), width), dtype=np.uint8) * 2
+        yield i0, i1, len(rows)
 
 
 class WarpState:
@@ -265,28 +287,18 @@ class Warp:
         """
         import cv2
 
-        rng = np.random.default_rng(0)
         out = np.zeros(self.size, np.uint8)
         dsize = (self.size[1], self.size[0])
-        height = self.screen[0]
-        for f in range(frames):
-            state = self.state()
-            i0 = rng.integers(0, 128, self.screen, dtype=np.uint8) * 2
-            i1 = rng.integers(0, 128, self.screen, dtype=np.uint8) * 2
-            if f % 2:  # large flat areas and hard edges, as game screens have
-                i1 = np.where(i0 > 128, i0, 0).astype(np.uint8)
-                i0 = np.repeat(i0[:, :1], self.screen[1], axis=1)
-            for recomputed in (height, None):
-                if recomputed is None:
-                    rows = rng.choice(height, size=height // 8, replace=False)
-                    i1[rows] = rng.integers(0, 128, (len(rows), self.screen[1]), dtype=np.uint8) * 2
-                    recomputed = len(rows)
-                pooled = np.maximum(colours[i0], colours[i1])
-                gray = cv2.cvtColor(pooled, cv2.COLOR_RGB2GRAY) if pooled.ndim == 3 else pooled
-                if self(i0, i1, table, out, state) != recomputed:
-                    return False
-                if not np.array_equal(out, cv2.resize(gray, dsize, interpolation=cv2.INTER_AREA)):
-                    return False
+        state = self.state()
+        for i0, i1, recomputed in screen_pairs(self.screen, frames):
+            if recomputed == self.screen[0]:
+                state = self.state()
+            pooled = np.maximum(colours[i0], colours[i1])
+            gray = cv2.cvtColor(pooled, cv2.COLOR_RGB2GRAY) if pooled.ndim == 3 else pooled
+            if self(i0, i1, table, out, state) != recomputed:
+                return False
+            if not np.array_equal(out, cv2.resize(gray, dsize, interpolation=cv2.INTER_AREA)):
+                return False
         return True
 
 
