@@ -7,7 +7,7 @@ batches (``batch_size < num_envs``); only how a batch is read differs (lent from
 gathered from several: :mod:`shmvec.engine.reading`). The engine reaches its workers through a
 transport (:mod:`shmvec.transports.base`), asks the fault policy (:func:`shmvec.engine.faults.judge`)
 what an outcome means and carries the verdict out: raise, or rebuild workers
-(:mod:`shmvec.engine.recovery`). Env calls (``get_attr``...) are :mod:`shmvec.engine.calls`'. A face
+(:mod:`shmvec.engine.recovery`). Env calls (``get_attr``...) are in :mod:`shmvec.engine.calls`. A face
 (:class:`shmvec.ShmVecEnv`, :class:`shmvec.ShmVectorEnv`) turns batches into its library's
 conventions.
 """
@@ -42,8 +42,8 @@ from shmvec.wire import messages as m
 class Engine(EnvCalls, Resets):
     """Steps ``len(env_fns)`` envs in ``options.n_workers`` workers; see :class:`shmvec.ShmVecEnv`
     for the options (they mean the same here). Built by :func:`shmvec.engine.build.build`. Its
-    resets are :class:`~shmvec.engine.resets.Resets`', its env calls
-    :class:`~shmvec.engine.calls.EnvCalls`'.
+    resets come from :class:`~shmvec.engine.resets.Resets`, its env calls from
+    :class:`~shmvec.engine.calls.EnvCalls`.
 
     :param n_envs: the number of envs.
     :param options: checked options (:meth:`Options.checked`).
