@@ -6,7 +6,10 @@
 Each window runs in a fresh interpreter: ``PYTHONPATH=<old>`` makes it import the old ``shmvec``
 (PYTHONPATH comes before the editable install), no PYTHONPATH the current one. Per workload (ALE
 Pong raw frames; synthetic 512x512x3 frames at 0 ms per step), n_envs=8, fork, random actions:
-env steps/s of every round and the main process's CPU per batch step, then the ratio of medians.
+env steps/s of every round, the main process's CPU per batch step and the CPU per env step of the
+whole process tree (main process and workers: what the machine pays, which foreign load on a shared
+machine barely moves, unlike env steps/s); then the ratios of medians and the median of the
+round-by-round ratios.
 """
 
 from __future__ import annotations
@@ -23,6 +26,35 @@ import time
 # frame_stack=4 in the workers) with PPO's CnnPolicy.predict in the loop; pong-pool: ShmVectorEnv's
 # pool mode, 16 Pong envs in batches of 8, random actions.
 WORKLOADS = ("pong", "synth512", "pong-delta", "atari-policy", "pong-pool")
+
+
+class _Timed:
+    """The measured part of a window: env steps/s, main-process CPU per batch and process-tree CPU
+    per env step. Read with psutil, so any commit's ``shmvec`` can be measured the same way."""
+
+    def __init__(self, batch: int) -> None:
+        import psutil
+
+        self.batch, self.n = batch, 0
+        self.children = psutil.Process().children(recursive=True)  # the workers, started by now
+        self.tree, self.cpu, self.start = self._tree_cpu(), time.process_time(), time.perf_counter()
+
+    def _tree_cpu(self) -> float:
+        own = time.process_time()
+        return own + sum(sum(c.cpu_times()[:2]) for c in self.children)
+
+    def result(self) -> dict[str, float]:
+        wall, cpu, tree = (
+            time.perf_counter() - self.start,
+            time.process_time() - self.cpu,
+            self._tree_cpu() - self.tree,
+        )
+        n = self.n
+        return {
+            "steps_per_s": n * self.batch / wall,
+            "main_cpu_ms": cpu / n * 1e3,
+            "tree_cpu_us": tree / (n * self.batch) * 1e6,
+        }
 
 
 def policy_window(seconds: float) -> dict[str, float | str]:
@@ -50,14 +82,14 @@ def policy_window(seconds: float) -> dict[str, float | str]:
         obs = venv.reset()
         for _ in range(30):  # warm-up
             obs = venv.step(model.predict(obs)[0])[0]
-        n, start, cpu = 0, time.perf_counter(), time.process_time()
-        while time.perf_counter() - start < seconds:
+        timed = _Timed(8)
+        while time.perf_counter() - timed.start < seconds:
             obs = venv.step(model.predict(obs)[0])[0]
-            n += 1
-        wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+            timed.n += 1
+        result = timed.result()
     finally:
         venv.close()
-    return {"shmvec": shmvec.__file__, "steps_per_s": n * 8 / wall, "main_cpu_ms": cpu / n * 1e3}
+    return {"shmvec": shmvec.__file__, **result}
 
 
 def pool_window(seconds: float) -> dict[str, float | str]:
@@ -79,14 +111,14 @@ def pool_window(seconds: float) -> dict[str, float | str]:
         envs.async_reset(seed=0)
         for k in range(50):  # warm-up
             envs.send(actions[k % 64], envs.recv()[4]["env_id"])
-        n, start, cpu = 0, time.perf_counter(), time.process_time()
-        while time.perf_counter() - start < seconds:
-            envs.send(actions[n % 64], envs.recv()[4]["env_id"])
-            n += 1
-        wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+        timed = _Timed(8)
+        while time.perf_counter() - timed.start < seconds:
+            envs.send(actions[timed.n % 64], envs.recv()[4]["env_id"])
+            timed.n += 1
+        result = timed.result()
     finally:
         envs.close()
-    return {"shmvec": shmvec.__file__, "steps_per_s": n * 8 / wall, "main_cpu_ms": cpu / n * 1e3}
+    return {"shmvec": shmvec.__file__, **result}
 
 
 def window(workload: str, seconds: float) -> dict[str, float | str]:
@@ -121,14 +153,14 @@ def window(workload: str, seconds: float) -> dict[str, float | str]:
         actions = [np.array([venv.action_space.sample() for _ in range(8)]) for _ in range(64)]
         for k in range(50):  # warm-up: fresh pages, caches
             venv.step(actions[k % 64])
-        n, start, cpu = 0, time.perf_counter(), time.process_time()
-        while time.perf_counter() - start < seconds:
-            venv.step(actions[n % 64])
-            n += 1
-        wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+        timed = _Timed(8)
+        while time.perf_counter() - timed.start < seconds:
+            venv.step(actions[timed.n % 64])
+            timed.n += 1
+        result = timed.result()
     finally:
         venv.close()
-    return {"shmvec": shmvec.__file__, "steps_per_s": n * 8 / wall, "main_cpu_ms": cpu / n * 1e3}
+    return {"shmvec": shmvec.__file__, **result}
 
 
 def main() -> None:
@@ -161,14 +193,20 @@ def main() -> None:
                 runs.setdefault((workload, side), []).append(json.loads(out.stdout.strip().splitlines()[-1]))
     for workload in args.workloads:
         old, new = runs[(workload, "old")], runs[(workload, "new")]
-        med = {s: statistics.median(r["steps_per_s"] for r in rs) for s, rs in (("old", old), ("new", new))}
-        cpu = {s: statistics.median(r["main_cpu_ms"] for r in rs) for s, rs in (("old", old), ("new", new))}
-        ratios = [b["steps_per_s"] / a["steps_per_s"] for a, b in zip(old, new)]
         print(
-            f"{workload}: old {[round(r['steps_per_s']) for r in old]} new {[round(r['steps_per_s']) for r in new]} "
-            f"env steps/s; new/old {med['new'] / med['old']:.3f} (per round {min(ratios):.2f}-{max(ratios):.2f}); "
-            f"main CPU per batch step {cpu['old']:.3f} -> {cpu['new']:.3f} ms"
+            f"{workload}: old {[round(r['steps_per_s']) for r in old]} new {[round(r['steps_per_s']) for r in new]}"
         )
+        for key, label, unit in (
+            ("steps_per_s", "env steps/s", ""),
+            ("main_cpu_ms", "main CPU per batch step", " ms"),
+            ("tree_cpu_us", "tree CPU per env step", " us"),
+        ):
+            med = {side: statistics.median(r[key] for r in rs) for side, rs in (("old", old), ("new", new))}
+            ratios = [b[key] / a[key] for a, b in zip(old, new)]
+            print(
+                f"  {label}: {med['old']:.4g} -> {med['new']:.4g}{unit}, new/old {med['new'] / med['old']:.3f}; "
+                f"per round median {statistics.median(ratios):.3f} ({min(ratios):.2f}-{max(ratios):.2f})"
+            )
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 """The pictures of "Do codecs change what the agent learns?" (docs/guides/codec-learning.md), drawn
-from committed results (nothing is measured); ``benchmarks/plots.py`` registers them:
+from committed results (nothing is measured); ``benchmarks/plots.py`` draws them:
 
     python benchmarks/plots.py codec_learning codec_eval
 
@@ -40,7 +40,7 @@ def codec_learning(out: Path) -> None:
     """Mean return over seeds (band: min-max) against env steps, one line per codec, per task."""
     import learning_curve
     import matplotlib.pyplot as plt
-    from plots import _save
+    from plot_common import save
 
     from shmvec.bench import curves
 
@@ -66,7 +66,7 @@ def codec_learning(out: Path) -> None:
         ax.set_ylabel(f"return (mean of last {curves.WINDOW} episodes)")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, loc="lower right")
-    _save(fig, out)
+    save(fig, out)
 
 
 def eval_points(result: dict[str, Any]) -> list[dict[str, Any]]:
@@ -96,7 +96,7 @@ def codec_eval(out: Path) -> None:
     """Return difference (CI: lowest to highest bound over models) and action changes against ratio."""
     import matplotlib.pyplot as plt
     from matplotlib.ticker import NullFormatter
-    from plots import _save
+    from plot_common import save
 
     tasks = _have("codec_eval")
     fig, panels = plt.subplots(2, len(tasks), figsize=(5 * len(tasks), 6), squeeze=False)
@@ -124,10 +124,7 @@ def codec_eval(out: Path) -> None:
             ax.grid(alpha=0.3, which="both")
         bottom.set_xlabel("compression ratio (raw / encoded bytes), log scale")
         top.legend(fontsize=7, loc="best")
-    _save(fig, out)
-
-
-FIGURES = {"codec_learning": codec_learning, "codec_eval": codec_eval}
+    save(fig, out)
 
 
 def eval_markdown(task: str) -> str:

@@ -23,9 +23,10 @@ from shmvec.engine.core import Engine
 from shmvec.engine.flights import FIRST_READY, POOL_ORDERS, pool_workers
 from shmvec.engine.groups import usable_cpus
 from shmvec.engine.options import Options
-from shmvec.errors import NoPendingCallError, PendingCallError
+from shmvec.errors import NoPendingCallError
 from shmvec.memory.layout import assemble, terminal_obs
 from shmvec.native import NativeStatus
+from shmvec.vector_calls import CallMethods
 from shmvec.vector_pool import PoolMethods, batch_infos
 from shmvec.wire import messages as m
 
@@ -55,7 +56,7 @@ def to_autoreset_mode(mode: str | AutoresetMode) -> AutoresetMode:
         ) from None
 
 
-class ShmVectorEnv(PoolMethods, VectorEnv):
+class ShmVectorEnv(CallMethods, PoolMethods, VectorEnv):
     """A ``gymnasium.vector.VectorEnv`` whose envs run in a few worker processes and hand their
     observations over in shared memory.
 
@@ -85,6 +86,10 @@ class ShmVectorEnv(PoolMethods, VectorEnv):
     rules (stack axis, zeros at the start of every episode): the results equal ``SyncVectorEnv`` over
     the same envs each wrapped in :class:`shmvec.frame_stack.FrameStack`, in every autoreset mode;
     ``final_obs`` (``SAME_STEP``) is the stack that ends with the terminal observation.
+
+    Pool mode's ``async_reset`` / ``send`` / ``recv`` come from :class:`~shmvec.vector_pool.PoolMethods`,
+    the env calls (``call``, ``get_attr``, ``set_attr``, ``render``...) from
+    :class:`~shmvec.vector_calls.CallMethods`.
 
     In restart mode a rebuilt env ends its episode with ``truncations[i] = True`` and the
     info keys ``shmvec.restarted`` / ``shmvec.restart_reason``; its observation in that step is the last one
@@ -279,11 +284,6 @@ class ShmVectorEnv(PoolMethods, VectorEnv):
         self._refuse_if_pending("step_async")
         self._eng.send(self._engine_actions(actions, self.num_envs))
 
-    def _refuse_if_pending(self, call: str) -> None:
-        pending = self._eng.pending_call()
-        if pending is not None:
-            raise PendingCallError.of(call, pending)
-
     def step_wait(
         self, timeout: float | None = None
     ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
@@ -329,69 +329,6 @@ class ShmVectorEnv(PoolMethods, VectorEnv):
         batch = engine.recv(timeout)
         arrays = batch.obs if self.batch_size == self.num_envs else [a.copy() for a in batch.obs]
         return self._obs(arrays), batch_infos(self, batch)
-
-    def call(self, name: str, /, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
-        """``env.get_wrapper_attr(name)(*args, **kwargs)`` of every env, or the attribute's value when
-        it is not callable (as SyncVectorEnv). ``name`` is positional-only, so a method's own ``name``
-        keyword reaches the env. :meth:`call_async` then :meth:`call_wait`.
-
-        :raises PendingCallError: while a step, reset or call is pending (Gymnasium's
-            ``AlreadyPendingCallError``, as AsyncVectorEnv raises it).
-        """
-        self.call_async(name, *args, **kwargs)
-        return self.call_wait()
-
-    def call_async(self, name: str, /, *args: Any, **kwargs: Any) -> None:
-        """Send :meth:`call`'s call to every env and return at once (``AsyncVectorEnv.call_async``);
-        :meth:`call_wait` collects the results.
-
-        :raises PendingCallError: while a step, reset or call is pending.
-        """
-        self._refuse_if_pending("call_async")
-        self._eng.post_call(
-            lambda local: m.EnvMethod(local, name, args, kwargs, value_if_attribute=True),
-            range(self.num_envs),
-        )
-
-    def call_wait(self, timeout: float | None = None) -> tuple[Any, ...]:
-        """The results of the call sent by :meth:`call_async`, one per env.
-
-        :param timeout: as for :meth:`step_wait`: past it, ``multiprocessing.TimeoutError``, and the
-            call stays pending (AsyncVectorEnv forgets it).
-        :raises NoPendingCallError: if no call is pending (Gymnasium's ``NoAsyncCallError``).
-        """
-        engine = self._eng
-        engine.check_open()
-        if engine.pending_call() != "call":
-            raise NoPendingCallError.of("call_wait")
-        return tuple(engine.wait_call(timeout))
-
-    def get_attr(self, name: str) -> tuple[Any, ...]:
-        """``call(name)``: the attribute of every env (called if it is a method, as SyncVectorEnv)."""
-        return self.call(name)
-
-    def set_attr(self, name: str, values: list[Any] | tuple[Any, ...] | Any) -> None:
-        """``env.set_wrapper_attr(name, value)`` on every env: one value for all, or a list or tuple
-        of one value per env.
-
-        :raises ValueError: for a list or tuple whose length is not ``num_envs``.
-        :raises PendingCallError: while a step, reset or call is pending.
-        """
-        self._refuse_if_pending("set_attr")
-        if not isinstance(values, (list, tuple)):
-            values = [values] * self.num_envs
-        if len(values) != self.num_envs:
-            raise ValueError(
-                "Values must be a list or tuple with length equal to the number of environments. "
-                f"Got `{len(values)}` values for {self.num_envs} environments."
-            )
-        values = list(values)
-        self._eng.call(lambda local: m.SetWrapperAttr(local, name, values), range(self.num_envs))
-
-    def render(self) -> tuple[Any, ...]:
-        """``env.render()`` of every env."""
-        self._refuse_if_pending("call_async")  # AsyncVectorEnv renders with call("render")
-        return tuple(self._eng.call(m.Render, range(self.num_envs)))
 
     def close(self, **kwargs: Any) -> None:
         """Stop the workers and free the shared memory. Idempotent; a step, reset or call still

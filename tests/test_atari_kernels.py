@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shmvec.atari import palette
+from shmvec.atari.frames import ChannelsFrame, weighted_gray
 from shmvec.atari.warp import MAX, Warp, area_table, checked, colour
 
 GAMES = ["pong", "breakout", "space_invaders", "ms_pacman", "seaquest", "qbert", "montezuma_revenge"]
@@ -71,7 +72,7 @@ def test_palette_and_kernels_on_real_screens(game):
     size=st.sampled_from([(84, 84), (64, 64), (96, 96), (42, 42), (84, 120), (100, 37)]),
     flat=st.booleans(),
 )
-def test_warp_equals_opencv_on_random_screens(seed, size, flat):
+def test_warp_and_cleanrl_stage_equal_opencv_on_random_screens(seed, size, flat):
     rng = np.random.default_rng(seed)
     i0 = rng.integers(0, 128, (210, 160), dtype=np.uint8) * 2
     i1 = rng.integers(0, 128, (210, 160), dtype=np.uint8) * 2
@@ -87,7 +88,15 @@ def test_warp_equals_opencv_on_random_screens(seed, size, flat):
     out = np.zeros(size, np.uint8)
     warp = Warp((210, 160), size)
     warp(i0, i1, palette.gray_of_max(), out, warp.state())
-    assert np.array_equal(out, want)
+    assert np.array_equal(out, want), "SB3 warp"
+    # CleanRL's chain: ResizeObservation of the RGB max, then GrayscaleObservation's float sum.
+    resized = cv2.resize(np.maximum(rgb[i0], rgb[i1]), size[::-1], interpolation=cv2.INTER_AREA)
+    stage = ChannelsFrame(warp)
+    stage(i0, i1, out)
+    assert np.array_equal(
+        out, np.sum(np.multiply(resized, [0.2125, 0.7154, 0.0721]), axis=-1).astype(np.uint8)
+    )
+    assert stage.agrees(*_gymnasium_functions(size)), "against the wrappers' own functions"
 
 
 def test_area_table_matches_opencv_one_axis():
@@ -116,3 +125,44 @@ def test_palette_is_complete_and_read_off_ale():
         assert index % 2 == 0
         assert tuple(rgb[index]) == ((packed >> 16) & 255, (packed >> 8) & 255, packed & 255)
     assert len(palette.NTSC_RGB) == 128 and len(set(palette.NTSC_RGB)) == 128
+
+
+# ---------------------------------------------------------------- CleanRL's chain: resize, then gray
+
+
+def _gymnasium_functions(size: tuple[int, int]):
+    """Gymnasium's own ``ResizeObservation`` and ``GrayscaleObservation`` functions (OpenCV and
+    NumPy), as CleanRL's chain stacks them over a (210, 160, 3) screen."""
+    import gymnasium as gym
+
+    from shmvec.synthetic import SyntheticImageEnv
+
+    resize = gym.wrappers.ResizeObservation(SyntheticImageEnv((210, 160, 3)), size)
+    gray = gym.wrappers.GrayscaleObservation(resize)
+    return resize.func, gray.func
+
+
+def test_weighted_gray_equals_grayscale_observation_on_every_colour():
+    _, gray = _gymnasium_functions((84, 84))
+    planes = np.zeros((3, 256, 256), np.uint8)
+    planes[1], planes[2] = np.arange(256)[:, None], np.arange(256)[None, :]
+    out = np.zeros((256, 256), np.uint8)
+    for red in range(256):  # all 2**24 colours, 65,536 at a time
+        planes[0] = red
+        weighted_gray(planes, out)
+        assert np.array_equal(out, gray(np.ascontiguousarray(planes.transpose(1, 2, 0)))), f"red {red}"
+
+
+@pytest.mark.parametrize("game", GAMES)
+def test_channels_frame_on_real_screens(game):
+    resize, gray = _gymnasium_functions((84, 84))
+    warp = checked((210, 160), (84, 84), colour=False)
+    assert warp is not None
+    stage = ChannelsFrame(warp)  # rows kept from frame to frame, as an env's
+    out = np.zeros((84, 84), np.uint8)
+    previous = None
+    for idx, screen, _ in _screens(game):
+        if previous is not None:
+            stage(previous[0], idx, out)
+            assert np.array_equal(out, gray(resize(np.maximum(previous[1], screen)))), "CleanRL stage"
+        previous = idx, screen

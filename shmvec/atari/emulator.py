@@ -1,5 +1,6 @@
 """What ale-py's ``AtariEnv.step`` does per emulator frame, under Gymnasium's standard wrappers, for
-the native Atari paths (:mod:`shmvec.atari.sb3`, :mod:`shmvec.atari.preprocessing`).
+the native Atari paths (:mod:`shmvec.atari.sb3`: SB3's and CleanRL's chains,
+:mod:`shmvec.atari.preprocessing`).
 
 :class:`Emulator` acts, reads the game-over and truncation flags and counts ``TimeLimit``'s steps as
 those classes do, but grabs no RGB screen (the paths grab palette indices or gray screens of only
@@ -31,6 +32,11 @@ KNOWN = {
     "gymnasium.wrappers.atari_preprocessing.AtariPreprocessing.step": {"1def2b8b37410f58"},
     "gymnasium.wrappers.atari_preprocessing.AtariPreprocessing._get_obs": {"4f62c3a10b03a473"},
     "gymnasium.wrappers.stateful_observation.FrameStackObservation.step": {"71fdebab75e79354"},
+    "gymnasium.wrappers.common.RecordEpisodeStatistics.step": {"2cfeb154ded19c38"},
+    "gymnasium.wrappers.transform_observation.TransformObservation.observation": {"51844ec89d70d289"},
+    # Their observation functions are lambdas made in __init__ (sb3.py checks func is that lambda).
+    "gymnasium.wrappers.transform_observation.ResizeObservation.__init__": {"acc49506634e89c2"},
+    "gymnasium.wrappers.transform_observation.GrayscaleObservation.__init__": {"b11ed496300953a9"},
     "ale_py.env.AtariEnv.step": {"3d2cd747f84acf61"},
     "ale_py.env.AtariEnv._get_info": {"91bdc02a674d478a"},
     "stable_baselines3.common.monitor.Monitor.step": {"af96898c9d2bc24f"},
@@ -43,11 +49,12 @@ KNOWN = {
 _METHODS = ("step", "observation", "reward", "_get_info", "_get_obs")
 
 
-def unknown_code(layers: list[Any]) -> str | None:
-    """The first method a native step restates (``step``, ``observation``, ``reward``,
-    ``_get_info``, ``_get_obs``) among ``layers``' whose code is not one :data:`KNOWN` lists."""
+def unknown_code(layers: list[Any], methods: tuple[str, ...] = _METHODS) -> str | None:
+    """The first method a native step restates (``methods``: by default ``step``, ``observation``,
+    ``reward``, ``_get_info``, ``_get_obs``) among ``layers``' whose code is not one :data:`KNOWN`
+    lists."""
     for layer in layers:
-        for attr in _METHODS:
+        for attr in methods:
             func = getattr(type(layer), attr, None)
             if func is None or (attr == "_get_obs" and is_exactly(layer, ATARI_ENV)):
                 continue  # AtariEnv._get_obs is not restated: the paths grab their own screens

@@ -1,4 +1,4 @@
-"""ALE's NTSC palette, read off ALE itself, and the per-pixel table SB3's native Atari path uses.
+"""ALE's NTSC palette, read off ALE itself, and the per-pixel tables the native Atari paths use.
 
 ALE's screen is a 210x160 array of palette indices (``ale.getScreen``, 0.3 µs); ``getScreenRGB``
 (14 µs) turns each index into a colour through a fixed palette. SB3's native step path grabs
@@ -66,6 +66,16 @@ def gray_of_max() -> np.ndarray:
     rgb = rgb_palette()
     pairs = np.maximum(rgb[:, None, :], rgb[None, :, :])  # (256, 256, 3)
     table = cv2.cvtColor(np.ascontiguousarray(pairs), cv2.COLOR_RGB2GRAY).reshape(-1)
+    table.flags.writeable = False
+    return table
+
+
+@functools.cache
+def channel_max() -> np.ndarray:
+    """(3, 65536) uint8: ``max(rgb[a, c], rgb[b, c])`` at ``[c, a << 8 | b]``: one channel of the
+    max-pool of two RGB frames, per pixel (the frames Gymnasium's ``ResizeObservation`` resizes)."""
+    rgb = rgb_palette()
+    table = np.maximum(rgb[:, None, :], rgb[None, :, :]).reshape(-1, 3).T.copy()
     table.flags.writeable = False
     return table
 

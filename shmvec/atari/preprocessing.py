@@ -111,7 +111,7 @@ class StackedObservationStep:
     :param inner: the native step of the env under it.
     """
 
-    def __init__(self, stack: Any, inner: PreprocessingStep) -> None:
+    def __init__(self, stack: Any, inner: Any) -> None:
         self.stack, self.inner = stack, inner
         self.path = f"{inner.path}+frame-stack-observation"
         shape = stack.env.observation_space.shape
@@ -120,7 +120,9 @@ class StackedObservationStep:
         self.stale = False  # the wrapper's stacked_obs is behind its queue
 
     def sync(self) -> None:
-        """Bring the wrapper's ``stacked_obs`` up to its queue, as its ``step`` leaves it."""
+        """The inner step's :meth:`sync`, then the wrapper's ``stacked_obs`` brought up to its queue,
+        as its ``step`` leaves it."""
+        self.inner.sync()
         if self.stale:
             np.stack(self.stack.obs_queue, out=self.stack.stacked_obs)
             self.stale = False

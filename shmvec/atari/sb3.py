@@ -1,115 +1,172 @@
-"""SB3's Atari recipe stepped without its Python wrappers, exactly as the wrappers step it.
+"""SB3's Atari recipe, and CleanRL's ``ppo_atari.py`` chain, stepped without their Python wrappers,
+exactly as the wrappers step them.
 
 ``make_atari_env`` builds ``AtariWrapper(Monitor(gym.make(id)))``; per agent step that is eight
 Python wrappers and, per emulator frame, an RGB screen grabbed and allocated (14 µs), then
-``cvtColor`` and an area resize (~50 µs). :class:`Sb3AtariStep` runs the same step as one loop over
-the frames: ``ale.act``, the game-over and truncation flags, ``Monitor``'s per-frame bookkeeping and
-``TimeLimit``'s count as those wrappers do them, palette indices (0.3 µs) of only the two frames
-``MaxAndSkipEnv`` keeps, and :class:`~shmvec.atari.warp.Warp` for the max-pool, gray conversion and
-resize in one numba call; ``EpisodicLifeEnv``'s lives and ``ClipRewardEnv``'s sign at the end. The
-wrappers' own state is kept as they would keep it (``Monitor``'s lists and CSV rows, the lives,
-``StickyActionEnv``'s action, ``TimeLimit``'s count); ``MaxAndSkipEnv``'s RGB frame buffer alone is
-kept as palette indices and written back before anything else touches the env (:meth:`sync`).
-Resets, a step the wrappers must check (the first two, ``OrderEnforcing``), and a game whose palette
-is not ALE's NTSC one go through the wrappers.
+``cvtColor`` and an area resize (~50 µs). :class:`AtariStep` runs the same step as one loop over
+the frames: ``ale.act``, the game-over and truncation flags, the episode record's per-frame
+bookkeeping (:mod:`shmvec.atari.records`) and ``TimeLimit``'s count as those wrappers do them,
+palette indices (0.3 µs) of only the two frames ``MaxAndSkipEnv`` keeps, and the frame stage
+(:mod:`shmvec.atari.frames`) for the max-pool, gray conversion and resize in numba; ``EpisodicLifeEnv``'s
+lives and ``ClipRewardEnv``'s sign at the end. The wrappers' own state is kept as they would keep it
+(the record's lists, queues and CSV rows, the lives, ``StickyActionEnv``'s action, ``TimeLimit``'s
+count); ``MaxAndSkipEnv``'s RGB frame buffer alone is kept as palette indices and written back
+before anything else touches the env (:meth:`AtariStep.sync`). Resets, a step the wrappers must
+check (the first two, ``OrderEnforcing``), and a game whose palette is not ALE's NTSC one go through
+the wrappers.
 
-Recognised (outermost first; ``[...]`` may be absent, as ``AtariWrapper``'s parameters decide):
-``[AtariWrapper]``, ``[ClipRewardEnv]``, ``WarpFrame``, ``[FireResetEnv]``, ``[EpisodicLifeEnv]``,
-``[MaxAndSkipEnv]``, ``[NoopResetEnv]``, ``[StickyActionEnv]``, ``[Monitor]``, Gymnasium's
-``[TimeLimit]``, ``[OrderEnforcing]``, ``[PassiveEnvChecker]``, and ale-py's ``AtariEnv`` with RGB
+Recognised (outermost first; ``[...]`` may be absent), each class exactly (not a subclass), each
+method a native step restates with a source fingerprint it was checked against
+(:data:`~shmvec.atari.emulator.KNOWN`):
+
+- ``"sb3-atari"``, SB3's recipe as ``AtariWrapper``'s parameters stack it: ``[AtariWrapper]``,
+  ``[ClipRewardEnv]``, ``WarpFrame``, ``[FireResetEnv]``, ``[EpisodicLifeEnv]``,
+  ``[MaxAndSkipEnv]``, ``[NoopResetEnv]``, ``[StickyActionEnv]``, ``[Monitor]``;
+- ``"cleanrl-atari"``, CleanRL's chain as it reads with Gymnasium 1.x's names (SB3's wrappers under
+  Gymnasium's): ``GrayscaleObservation``, ``ResizeObservation`` (any size OpenCV resizes by its
+  general area method), ``[ClipRewardEnv]``, ``[FireResetEnv]``, ``[EpisodicLifeEnv]``,
+  ``[MaxAndSkipEnv]``, ``[NoopResetEnv]``, ``[RecordEpisodeStatistics]``;
+
+either with ``FrameStackObservation`` on top (path ``+frame-stack-observation``), over Gymnasium's
+``[TimeLimit]``, ``[OrderEnforcing]``, ``[PassiveEnvChecker]`` and ale-py's ``AtariEnv`` with RGB
 observations and a fixed frame skip (``*NoFrameskip-v4``; ``ALE/*-v5`` with ``frameskip=1``, its
-sticky actions happen inside ALE). Each class exactly (not a subclass), each step method with a
-source fingerprint this module was checked against (:data:`KNOWN`).
+sticky actions happen inside ALE).
 """
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
-from shmvec.atari import palette
+from shmvec.atari import palette, records
 from shmvec.atari.emulator import Emulator, emulator, unknown_code
-from shmvec.atari.warp import Warp, checked, colour
+from shmvec.atari.frames import ChannelsFrame, GrayFrame
+from shmvec.atari.preprocessing import FRAME_STACK, StackedObservationStep
+from shmvec.atari.warp import checked, colour
 from shmvec.native import StepInto, class_name, is_exactly
 
 SB3 = "stable_baselines3.common.atari_wrappers."
-MONITOR = "stable_baselines3.common.monitor.Monitor"
+GYM = "gymnasium.wrappers.transform_observation."
 # ClipRewardEnv's np.sign of a float sum of whole ALE rewards, by (sum > 0) - (sum < 0): the same
 # np.float64 values at a tuple lookup's cost.
 _SIGN = (np.float64(0.0), np.float64(1.0), np.float64(-1.0))
-# SB3's wrappers as AtariWrapper stacks them, outermost first: (name, may be absent).
-CHAIN = (
-    ("AtariWrapper", True),
-    ("ClipRewardEnv", True),
-    ("WarpFrame", False),
-    ("FireResetEnv", True),
-    ("EpisodicLifeEnv", True),
-    ("MaxAndSkipEnv", True),
-    ("NoopResetEnv", True),
-    ("StickyActionEnv", True),
-)
+# Each chain as its builder stacks it, outermost first: (class, may be absent); then its record.
+_UNDER_FRAME = ("FireResetEnv", "EpisodicLifeEnv", "MaxAndSkipEnv", "NoopResetEnv")
+CHAINS = {
+    "sb3-atari": (
+        tuple((SB3 + name, True) for name in ("AtariWrapper", "ClipRewardEnv"))
+        + ((SB3 + "WarpFrame", False),)
+        + tuple((SB3 + name, True) for name in (*_UNDER_FRAME, "StickyActionEnv")),
+        records.MONITOR,
+    ),
+    "cleanrl-atari": (
+        (
+            (GYM + "GrayscaleObservation", False),
+            (GYM + "ResizeObservation", False),
+            (SB3 + "ClipRewardEnv", True),
+        )
+        + tuple((SB3 + name, True) for name in _UNDER_FRAME),
+        records.EPISODE_STATISTICS,
+    ),
+}
+_ATARI_INFO = ("lives", "episode_frame_number", "frame_number")
 
 
-def recognise(env: gym.Env) -> tuple[Sb3AtariStep | None, str | None]:
-    """The native step of ``env`` if it is SB3's Atari recipe (module docstring), else None and the
-    reason."""
+def recognise(env: gym.Env) -> tuple[Any, str | None]:
+    """The native step of ``env`` if it is one of the chains of the module docstring (with
+    ``FrameStackObservation`` on top, optionally), else None and the reason."""
+    if is_exactly(env, FRAME_STACK):
+        inner, reason = recognise(env.env)  # type: ignore[attr-defined]
+        if inner is None or isinstance(inner, StackedObservationStep):
+            return None, reason or "FrameStackObservation over FrameStackObservation"
+        return StackedObservationStep(env, inner), None
+    path = "cleanrl-atari" if is_exactly(env, GYM + "GrayscaleObservation") else "sb3-atari"
+    chain, record_name = CHAINS[path]
     found: dict[str, Any] = {}
     layer: Any = env
-    for name, optional in CHAIN:
-        if is_exactly(layer, SB3 + name):
-            found[name] = layer
+    for name, optional in chain:
+        if is_exactly(layer, name):
+            found[name.rsplit(".", 1)[1]] = layer
             layer = layer.env
         elif not optional:
-            return None, f"{class_name(layer)} where SB3's WarpFrame was expected"
-    if is_exactly(layer, MONITOR):
-        found["Monitor"] = layer
+            return None, f"{class_name(layer)} where {name} was expected"
+    record = records.record(layer) if is_exactly(layer, record_name) else None
+    if record is not None:
+        found[record_name.rsplit(".", 1)[1]] = layer
         layer = layer.env
     emu, reason = emulator(layer)
     if emu is None:
         return None, reason
     if emu.atari._obs_type != "rgb":
         return None, "AtariEnv with grayscale observations under SB3's wrappers"
-    space = found["WarpFrame"].observation_space
-    if space.dtype != np.uint8 or len(space.shape) != 3 or space.shape[2] != 1:
-        return None, f"WarpFrame's observation space {space} is not (height, width, 1) uint8"
     code = unknown_code(list(found.values()))
+    if code is None and path == "cleanrl-atari":
+        code = unknown_code([found["GrayscaleObservation"], found["ResizeObservation"]], ("__init__",))
     if code is not None:
         return None, f"{code} differs from the versions shmvec's native Atari step was checked against"
-    warp = checked(tuple(emu.ale.getScreenDims()), space.shape[:2], colour=True)
-    if warp is None:
-        return None, f"this OpenCV's INTER_AREA resize to {space.shape[:2]} is not the one shmvec restates"
-    return Sb3AtariStep(env, found, emu, warp), None
+    if getattr(found.get("RecordEpisodeStatistics"), "_stats_key", None) in _ATARI_INFO:
+        return None, "RecordEpisodeStatistics' stats_key is a key of AtariEnv's info (its assert fails)"
+    stage, reason = _stage(path, found, emu)
+    if stage is None:
+        return None, reason
+    return AtariStep(path, env, found, emu, stage, record), None
 
 
-class Sb3AtariStep:
-    """One env of SB3's Atari recipe, stepped natively (see the module docstring).
+def _stage(path: str, found: dict[str, Any], emu: Emulator) -> tuple[Any, str | None]:
+    """The frame stage of the chain, or None and why not."""
+    screen = tuple(emu.ale.getScreenDims())
+    if path == "sb3-atari":
+        space = found["WarpFrame"].observation_space
+        if space.dtype != np.uint8 or len(space.shape) != 3 or space.shape[2] != 1:
+            return None, f"WarpFrame's observation space {space} is not (height, width, 1) uint8"
+        size = space.shape[:2]
+        warp = checked(screen, size, colour=True)
+        if warp is None:
+            return None, f"this OpenCV's INTER_AREA resize to {size} is not the one shmvec restates"
+        return GrayFrame(warp), None
+    resize, gray = found["ResizeObservation"], found["GrayscaleObservation"]
+    size = tuple(resize.shape)
+    warp = checked(screen, size, colour=False)
+    # Their functions must be the lambdas of the __init__ whose source KNOWN lists (not replaced).
+    for layer in (resize, gray):
+        if layer.func.__code__ not in type(layer).__init__.__code__.co_consts:
+            return None, f"{class_name(layer)}.func is not the function its __init__ makes"
+    stage = ChannelsFrame(warp) if warp else None
+    if stage is None or not stage.agrees(resize.func, gray.func):
+        return None, f"this OpenCV's INTER_AREA resize to {size} is not the one shmvec restates"
+    return stage, None
 
+
+class AtariStep:
+    """One env of a recognised chain, stepped natively (see the module docstring).
+
+    :param path: the chain's name (:data:`CHAINS`).
     :param env: the outermost wrapper.
-    :param found: SB3's wrappers (and ``Monitor``) by class name.
+    :param found: the chain's wrappers by class name.
     :param emu: the ``AtariEnv`` under them, with Gymnasium's wrappers.
-    :param warp: the frame warp for its screen and output sizes.
+    :param stage: the frame stage (:mod:`shmvec.atari.frames`).
+    :param record: the episode record (:mod:`shmvec.atari.records`), if the chain has one.
     """
 
-    path = "sb3-atari"
-
-    def __init__(self, env: gym.Env, found: dict[str, Any], emu: Emulator, warp: Warp) -> None:
-        self.env, self.emu, self.warp = env, emu, warp
+    def __init__(
+        self, path: str, env: gym.Env, found: dict[str, Any], emu: Emulator, stage: Any, record: Any
+    ) -> None:
+        self.path, self.env, self.emu, self.stage, self.record = path, env, emu, stage, record
         self.ale = emu.ale
-        self.warp_frame = found["WarpFrame"]
-        self.monitor = found.get("Monitor")
+        # The observation wrappers, innermost first: what the wrappers make of the max-pooled frame.
+        self.observers = [
+            found[k] for k in ("WarpFrame", "ResizeObservation", "GrayscaleObservation") if k in found
+        ]
         self.sticky = found.get("StickyActionEnv")
         self.max_skip = found.get("MaxAndSkipEnv")
         self.skip: int = 1 if self.max_skip is None else self.max_skip._skip
         self.life = found.get("EpisodicLifeEnv")
         self.clip = "ClipRewardEnv" in found
         self.rgb = palette.rgb_palette()
-        self.table = palette.gray_of_max()
-        self.idx = np.zeros((2, *warp.screen), np.uint8)
+        self.idx = np.zeros((2, *stage.warp.screen), np.uint8)
         self.screens = list(self.idx)  # its two halves, as views made once
-        self.rows = warp.state()
         # Which entries of MaxAndSkipEnv's buffer hold their frame only as indices in self.idx.
         self.in_idx = [False, False]
         self.palette_checked = False
@@ -118,7 +175,7 @@ class Sb3AtariStep:
     def _ready(self) -> bool:
         if self.off is not None or not self.emu.layers.ready():
             return False
-        if self.monitor is not None and self.monitor.needs_reset:
+        if self.record is not None and self.record.blocked():
             return False  # Monitor.step raises its own error
         if not self.palette_checked:
             self.palette_checked = True
@@ -128,18 +185,17 @@ class Sb3AtariStep:
         return self.off is None
 
     def step_into(self, action: Any, out: np.ndarray) -> StepInto:
-        """One agent step of the recipe; the 84x84x1 frame goes into ``out``."""
+        """One agent step of the chain; the frame goes into ``out``."""
         if not self._ready():
             return self._through_wrappers(action, out)
         emu, screens, ale, frame = self.emu, self.screens, self.ale, self.emu.frame
-        skip, monitor, sticky = self.skip, self.monitor, self.sticky
-        rewards = None if monitor is None else monitor.rewards
+        skip, record, sticky = self.skip, self.record, self.sticky
         info: dict[str, Any] | None = None
         total = 0.0
         terminated = truncated = False
         frames = 0
         for i in range(skip):
-            # StickyActionEnv, then Monitor, TimeLimit, OrderEnforcing, PassiveEnvChecker, AtariEnv.
+            # StickyActionEnv, then the record, TimeLimit, OrderEnforcing, PassiveEnvChecker, AtariEnv.
             a = action
             if sticky is not None:
                 if sticky.np_random.random() >= sticky.action_repeat_probability:
@@ -150,10 +206,8 @@ class Sb3AtariStep:
             done = terminated or truncated
             if done:
                 info = emu.info()
-            if rewards is not None:
-                rewards.append(reward)  # a float already: Monitor's float(reward) is the same value
-                if done:
-                    self._episode_end(info)  # type: ignore[arg-type]
+            if record is not None:
+                record.frame(reward, info)
             # MaxAndSkipEnv keeps the screens of the last two frames.
             if i >= skip - 2:
                 e = i - skip + 2
@@ -162,8 +216,8 @@ class Sb3AtariStep:
             total += reward
             if done:
                 break
-        if monitor is not None:
-            monitor.total_steps += frames  # once: nothing in the step reads it meanwhile
+        if record is not None:
+            record.frames(frames)
         if info is None:
             info = self.emu.info()
         if self.life is not None:
@@ -182,34 +236,20 @@ class Sb3AtariStep:
         out[...] = obs
         return reward, terminated, truncated, info
 
-    def _episode_end(self, info: dict[str, Any]) -> None:
-        """What ``Monitor.step`` does when an episode ends."""
-        m: Any = self.monitor
-        m.needs_reset = True
-        ep_rew = sum(m.rewards)
-        ep_len = len(m.rewards)
-        ep_info = {"r": round(ep_rew, 6), "l": ep_len, "t": round(time.time() - m.t_start, 6)}
-        for key in m.info_keywords:
-            ep_info[key] = info[key]
-        m.episode_returns.append(ep_rew)
-        m.episode_lengths.append(ep_len)
-        m.episode_times.append(time.time() - m.t_start)
-        ep_info.update(m.current_reset_info)
-        if m.results_writer:
-            m.results_writer.write_row(ep_info)
-        info["episode"] = ep_info
-
     def _frame(self, out: np.ndarray) -> None:
-        """WarpFrame of MaxAndSkipEnv's max (or of the one frame without it) into ``out``."""
+        """The observation of MaxAndSkipEnv's max (or of the one frame without it) into ``out``."""
         if self.max_skip is None:
-            self.warp(self.idx[1], self.idx[1], self.table, out.reshape(out.shape[:2]), self.rows)
+            self.stage(self.idx[1], self.idx[1], out)
         elif all(self.in_idx):
-            self.warp(self.idx[0], self.idx[1], self.table, out.reshape(out.shape[:2]), self.rows)
+            self.stage(self.idx[0], self.idx[1], out)
         else:
             # An episode ended before the step's second-last frame and a frame the max needs came
             # from the wrappers (a reset's steps): the wrappers' own code on their own buffer.
             self.sync()
-            out[...] = self.warp_frame.observation(self.max_skip._obs_buffer.max(axis=0))
+            frame = self.max_skip._obs_buffer.max(axis=0)
+            for observer in self.observers:
+                frame = observer.observation(frame)
+            out[...] = frame
 
     def sync(self) -> None:
         """Write MaxAndSkipEnv's frames held as indices back into its RGB buffer (before anything

@@ -13,9 +13,11 @@ indices (0.3 µs each) and one numba call does the rest:
 
 Step 2's per-row sums depend on that row's two index rows alone, and most rows of a game screen are
 the same as a step earlier: each env keeps its rows' sums (:class:`WarpState`) and recomputes only
-the rows whose indices changed (9-40 of 210 on Pong, Breakout, MsPacman, Seaquest). When most rows
+the rows whose indices changed (9-45 of 210 on Pong, Breakout, MsPacman, Seaquest). When most rows
 changed, all are recomputed at once with the horizontal pass running over every source row together
-(vectorised). Neither changes a single float operation, only which are done and their interleaving.
+(vectorised). A destination row depends on its few source rows alone, so the env also keeps the frame
+it gave last and recomputes only the destination rows a changed source row feeds. None of this
+changes a single float operation, only which are done and their interleaving.
 
 :class:`Warp` checks itself against OpenCV when it is built (:func:`checked`): an OpenCV whose area
 resize computes otherwise makes the native path step through the wrappers instead.
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Iterator
 
 import numba
 import numpy as np
@@ -67,16 +70,29 @@ def area_table(ssize: int, dsize: int) -> tuple[np.ndarray, np.ndarray, np.ndarr
 
 @numba.njit(cache=True, nogil=True, boundscheck=False)
 def _changed_rows(i0, i1, prev, valid, changed) -> int:
-    """Mark the rows where ``i0`` or ``i1`` differ from ``prev`` (all, if not ``valid``); how many."""
+    """Mark the rows where ``i0`` or ``i1`` differ from ``prev`` (all, if not ``valid``); how many.
+    Rows whose width is a multiple of 8 bytes are compared 8 bytes at a time."""
     height, width = i0.shape
+    if not valid:
+        changed[:] = True
+        return height
+    words = width // 8 if width % 8 == 0 else 0
+    if words:
+        a = i0.reshape(height * width).view(np.uint64).reshape(height, words)
+        b = i1.reshape(height * width).view(np.uint64).reshape(height, words)
+        pa = prev[0].reshape(height * width).view(np.uint64).reshape(height, words)
+        pb = prev[1].reshape(height * width).view(np.uint64).reshape(height, words)
     n = 0
     for sy in range(height):
-        same = valid
-        if same:
+        diff = False
+        if words:
+            for k in range(words):
+                diff |= (a[sy, k] != pa[sy, k]) | (b[sy, k] != pb[sy, k])
+        else:
             for sx in range(width):
-                same &= (i0[sy, sx] == prev[0, sy, sx]) & (i1[sy, sx] == prev[1, sy, sx])
-        changed[sy] = not same
-        n += not same
+                diff |= (i0[sy, sx] != prev[0, sy, sx]) | (i1[sy, sx] != prev[1, sy, sx])
+        changed[sy] = diff
+        n += diff
     return n
 
 
@@ -129,34 +145,44 @@ def _store(acc: np.ndarray, out: np.ndarray, dy: int) -> None:
 
 
 @numba.njit(cache=True, nogil=True, boundscheck=False)
-def _vertical(buf, acc, out, yd, ys, yw) -> None:
-    prev = yd[0]
-    acc[:] = 0
-    for j in range(len(yd)):
-        dy, sy, w = yd[j], ys[j], yw[j]
-        if dy != prev:
-            _store(acc, out, prev)
-            for dx in range(len(acc)):
-                acc[dx] = w * buf[sy, dx]
-            prev = dy
-        else:
+def _vertical(buf, acc, last, changed, ys, yw, ystart) -> None:
+    """Per destination row fed by a changed source row: the rows' sums times their weights, in
+    OpenCV's order, into ``last`` (the env's previous frame, whose other rows stay as they are)."""
+    for dy in range(len(ystart) - 1):
+        lo, hi = ystart[dy], ystart[dy + 1]
+        dirty = False
+        for j in range(lo, hi):
+            dirty |= changed[ys[j]]
+        if not dirty:
+            continue
+        sy, w = ys[lo], yw[lo]
+        for dx in range(len(acc)):
+            acc[dx] = w * buf[sy, dx]
+        for j in range(lo + 1, hi):
+            sy, w = ys[j], yw[j]
             for dx in range(len(acc)):
                 acc[dx] = acc[dx] + w * buf[sy, dx]
-    _store(acc, out, prev)
+        _store(acc, last, dy)
 
 
 @numba.njit(cache=True, nogil=True, boundscheck=False)
-def warp_frame(i0, i1, table, out, prev, valid, changed, buf, g, gt, buft, acc, x, taps, weights, y) -> int:
+def warp_frame(
+    i0, i1, table, out, prev, valid, changed, buf, last, g, gt, buft, acc, x, taps, weights, y
+) -> int:
     """``out[:] = area_resize(table[i0 << 8 | i1])`` (see the module docstring): ``prev``, ``valid``,
-    ``changed``, ``buf`` are the env's :class:`WarpState`, the rest the warp's tables and scratch.
-    Returns the rows recomputed."""
+    ``changed``, ``buf``, ``last`` are the env's :class:`WarpState`, the rest the warp's tables and
+    scratch. Returns the rows recomputed."""
     n = _changed_rows(i0, i1, prev, valid[0], changed)
     if n > len(changed) // 3:
         _all_rows(i0, i1, table, prev, gt, buft, buf, x[0], x[1], x[2])
     elif n:
         _rows(i0, i1, table, prev, changed, g, buf, taps, weights)
     valid[0] = True
-    _vertical(buf, acc, out, y[0], y[1], y[2])
+    if n:
+        _vertical(buf, acc, last, changed, y[1], y[2], y[3])
+    for dy in range(out.shape[0]):  # (numba's 2-d slice assignment takes 8x as long)
+        for dx in range(out.shape[1]):
+            out[dy, dx] = last[dy, dx]
     return n
 
 
@@ -171,6 +197,25 @@ def colour(idx: np.ndarray, palette: np.ndarray, out: np.ndarray) -> None:
                 out[y, x, c] = palette[idx[y, x], c]
 
 
+def screen_pairs(screen: tuple[int, int], frames: int) -> Iterator[tuple[np.ndarray, np.ndarray, int]]:
+    """Test pairs of index screens (even indices, as NTSC games show), for checking a warp: random
+    ones and ones with large flat areas and hard edges, as game screens have; each pair first whole
+    (with ``height`` rows to recompute: start from a fresh :class:`WarpState`), then with a few of
+    its rows changed: ``(i0, i1, rows to recompute)``."""
+    rng = np.random.default_rng(0)
+    height, width = screen
+    for f in range(frames):
+        i0 = rng.integers(0, 128, screen, dtype=np.uint8) * 2
+        i1 = rng.integers(0, 128, screen, dtype=np.uint8) * 2
+        if f % 2:
+            i1 = np.where(i0 > 128, i0, 0).astype(np.uint8)
+            i0 = np.repeat(i0[:, :1], width, axis=1)
+        yield i0, i1, height
+        rows = rng.choice(height, size=height // 8, replace=False)
+        i1[rows] = rng.integers(0, 128, (len(rows), width), dtype=np.uint8) * 2
+        yield i0, i1, len(rows)
+
+
 class WarpState:
     """One env's rows of a :class:`Warp`: the index rows it last saw and their horizontal sums.
 
@@ -183,6 +228,7 @@ class WarpState:
         self.valid = np.zeros(1, np.bool_)  # False until the first frame: every row computed
         self.changed = np.zeros(height, np.bool_)
         self.buf = np.zeros((height, warp.size[1]), np.float32)
+        self.last = np.zeros(warp.size, np.uint8)  # the frame it gave last
 
 
 class Warp:
@@ -199,7 +245,9 @@ class Warp:
         dheight, dwidth = size
         self.screen, self.size = screen, size
         self.x = area_table(width, dwidth)
-        self.y = area_table(height, dheight)
+        yd, ys, yw = area_table(height, dheight)
+        # Each destination row's entries of the vertical table: yd is sorted, rows run ystart[d]:[d+1].
+        self.y = (yd, ys, yw, np.searchsorted(yd, np.arange(dheight + 1)).astype(np.int32))
         # The horizontal table per destination column, padded to the most taps any column has.
         counts = np.bincount(self.x[0], minlength=dwidth)
         self.taps = np.zeros((counts.max(), dwidth), np.int32)
@@ -224,7 +272,7 @@ class Warp:
         """Write the frame of index screens ``i0``/``i1`` through pair ``table`` into ``out``, a
         (height, width) uint8 array, for the env whose rows ``state`` holds; the rows recomputed."""
         return warp_frame(
-            i0, i1, table, out, state.prev, state.valid, state.changed, state.buf, *self.scratch,
+            i0, i1, table, out, state.prev, state.valid, state.changed, state.buf, state.last, *self.scratch,
             self.x, self.taps, self.weights, self.y,
         )  # fmt: skip
 
@@ -239,28 +287,18 @@ class Warp:
         """
         import cv2
 
-        rng = np.random.default_rng(0)
         out = np.zeros(self.size, np.uint8)
         dsize = (self.size[1], self.size[0])
-        height = self.screen[0]
-        for f in range(frames):
-            state = self.state()
-            i0 = rng.integers(0, 128, self.screen, dtype=np.uint8) * 2
-            i1 = rng.integers(0, 128, self.screen, dtype=np.uint8) * 2
-            if f % 2:  # large flat areas and hard edges, as game screens have
-                i1 = np.where(i0 > 128, i0, 0).astype(np.uint8)
-                i0 = np.repeat(i0[:, :1], self.screen[1], axis=1)
-            for recomputed in (height, None):
-                if recomputed is None:
-                    rows = rng.choice(height, size=height // 8, replace=False)
-                    i1[rows] = rng.integers(0, 128, (len(rows), self.screen[1]), dtype=np.uint8) * 2
-                    recomputed = len(rows)
-                pooled = np.maximum(colours[i0], colours[i1])
-                gray = cv2.cvtColor(pooled, cv2.COLOR_RGB2GRAY) if pooled.ndim == 3 else pooled
-                if self(i0, i1, table, out, state) != recomputed:
-                    return False
-                if not np.array_equal(out, cv2.resize(gray, dsize, interpolation=cv2.INTER_AREA)):
-                    return False
+        state = self.state()
+        for i0, i1, recomputed in screen_pairs(self.screen, frames):
+            if recomputed == self.screen[0]:
+                state = self.state()
+            pooled = np.maximum(colours[i0], colours[i1])
+            gray = cv2.cvtColor(pooled, cv2.COLOR_RGB2GRAY) if pooled.ndim == 3 else pooled
+            if self(i0, i1, table, out, state) != recomputed:
+                return False
+            if not np.array_equal(out, cv2.resize(gray, dsize, interpolation=cv2.INTER_AREA)):
+                return False
         return True
 
 

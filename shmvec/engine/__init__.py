@@ -2,7 +2,8 @@
 transport. Imports neither SB3 nor torch, and never a face.
 
 - :mod:`~shmvec.engine.build`: options resolved, transport picked, engine started;
-- :mod:`~shmvec.engine.core`: the :class:`~shmvec.engine.core.Engine` (send / recv / reset, env calls);
+- :mod:`~shmvec.engine.core`: the :class:`~shmvec.engine.core.Engine` (start-up, send / recv); its
+  resets in :mod:`~shmvec.engine.resets`, its env calls in :mod:`~shmvec.engine.calls`;
 - :mod:`~shmvec.engine.flights`: which workers are busy or ready, which make the next batch;
 - :mod:`~shmvec.engine.reading`, :mod:`~shmvec.engine.reader`, :mod:`~shmvec.engine.gather`: batches
   out of the ring (lent from one slot, or gathered from several), decoded and checked;

@@ -1,21 +1,21 @@
 """The engine: envs in workers, observations in a shared-memory ring, three primitives.
 
 ``send(actions, env_ids)`` gives envs their next actions, ``recv()`` returns the next batch,
-``reset()`` resets every env (``async_reset()`` without waiting). A synchronous step is
-``send(actions) + recv()`` with every env: the same path as pool mode's partial batches
-(``batch_size < num_envs``); only how a batch is read differs (lent from one ring slot, or gathered
-from several: :mod:`shmvec.engine.reading`). The engine reaches its workers through a transport
-(:mod:`shmvec.transports.base`), asks the fault policy (:func:`shmvec.engine.faults.judge`) what an
-outcome means and carries the verdict out: raise, or rebuild workers
-(:mod:`shmvec.engine.recovery`). A face (:class:`shmvec.ShmVecEnv`, :class:`shmvec.ShmVectorEnv`)
-turns batches into its library's conventions.
+``reset()`` resets every env (``async_reset()`` without waiting: :mod:`shmvec.engine.resets`). A
+synchronous step is ``send(actions) + recv()`` with every env: the same path as pool mode's partial
+batches (``batch_size < num_envs``); only how a batch is read differs (lent from one ring slot, or
+gathered from several: :mod:`shmvec.engine.reading`). The engine reaches its workers through a
+transport (:mod:`shmvec.transports.base`), asks the fault policy (:func:`shmvec.engine.faults.judge`)
+what an outcome means and carries the verdict out: raise, or rebuild workers
+(:mod:`shmvec.engine.recovery`). Env calls (``get_attr``...) are in :mod:`shmvec.engine.calls`. A face
+(:class:`shmvec.ShmVecEnv`, :class:`shmvec.ShmVectorEnv`) turns batches into its library's
+conventions.
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import weakref
-from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -23,24 +23,27 @@ import numpy as np
 from shmvec.device import HostTensors
 from shmvec.engine import startup
 from shmvec.engine.batch import Batch
-from shmvec.engine.calls import CallInFlight
+from shmvec.engine.calls import CallInFlight, EnvCalls
 from shmvec.engine.faults import Phase, Verdict, judge
 from shmvec.engine.flights import FIRST_READY, Flights, check_count
-from shmvec.engine.groups import by_worker, split_envs, usable_cpus
+from shmvec.engine.groups import split_envs, usable_cpus
 from shmvec.engine.options import Options
 from shmvec.engine.reading import BatchReader
 from shmvec.engine.recovery import NOTHING_ENDED, Recovery
+from shmvec.engine.resets import Resets
 from shmvec.engine.slots import Slots
 from shmvec.engine.supervisor import Supervisor
-from shmvec.errors import ClosedError, PendingCallError
+from shmvec.errors import ClosedError
 from shmvec.openmp import PolicyThreads
 from shmvec.transports.base import Outcome, Transport
 from shmvec.wire import messages as m
 
 
-class Engine:
+class Engine(EnvCalls, Resets):
     """Steps ``len(env_fns)`` envs in ``options.n_workers`` workers; see :class:`shmvec.ShmVecEnv`
-    for the options (they mean the same here). Built by :func:`shmvec.engine.build.build`.
+    for the options (they mean the same here). Built by :func:`shmvec.engine.build.build`. Its
+    resets come from :class:`~shmvec.engine.resets.Resets`, its env calls from
+    :class:`~shmvec.engine.calls.EnvCalls`.
 
     :param n_envs: the number of envs.
     :param options: checked options (:meth:`Options.checked`).
@@ -161,11 +164,6 @@ class Engine:
             return "call"
         return self.flights.pending_call() if self.waiting else None
 
-    def refuse_during_call(self, call: str) -> None:
-        """:raises PendingCallError: while an env call is pending (its replies come first)."""
-        if self.in_call is not None:
-            raise PendingCallError.of(call, "call")
-
     def carry_out(self, verdict: Verdict, phase: Phase) -> list[int]:
         """Do what the fault policy said: close and raise, or rebuild workers (restart mode; their
         envs end their episode at their next step). The workers rebuilt."""
@@ -180,61 +178,6 @@ class Engine:
         if verdict.error is not None:
             raise verdict.error
         return rebuilt
-
-    # ------------------------------------------------------------------ env calls
-
-    def call(self, command: Callable[[list[int]], m.Command], indices: Sequence[int]) -> list[Any]:
-        """Run an env call on envs ``indices`` (``command(local indices)`` builds each worker's
-        message); one result per index. :meth:`post_call` then :meth:`wait_call`."""
-        self.post_call(command, indices)
-        return self.wait_call()
-
-    def post_call(self, command: Callable[[list[int]], m.Command], indices: Sequence[int]) -> None:
-        """Send an env call to the workers of envs ``indices`` without waiting; :meth:`wait_call`
-        collects it, and until then :meth:`pending_call` says ``"call"``.
-
-        :raises RuntimeError: while steps are in flight (their replies would be read as this call's)
-            or another call is.
-        """
-        self.check_open()
-        flights = self.flights
-        if flights.busy or flights.pending or self.in_call is not None:
-            name = command([]).label.split(":")[0]
-            raise RuntimeError(
-                f"{name}() called while envs are stepping (workers {sorted(flights.busy)}) or an env call "
-                "is pending: receive them first (step_wait(), recv() or call_wait()), or reset()"
-            )
-        plan = by_worker(indices, self.worker_envs)
-        faults = self.transport.post([w for w, _ in plan], [command(local) for _, (local, _) in plan])
-        self.in_call = CallInFlight(plan, len(indices), faults)
-
-    def wait_call(self, limit: float | None = None) -> list[Any]:
-        """The results of the call :meth:`post_call` sent, one per env, in the order asked.
-
-        :param limit: seconds to wait at most (None: as long as it takes); past it,
-            ``multiprocessing.TimeoutError`` is raised and the call stays pending.
-        """
-        self.check_open()
-        call = self.in_call
-        assert call is not None, "no env call pending"
-        if call.waiting:
-            call.add(self.transport.wait(call.waiting, len(call.waiting), limit))
-        if call.waiting:
-            raise multiprocessing.TimeoutError(f"the env call's replies did not arrive within {limit:g} s")
-        self.in_call = None
-        self.carry_out(judge(call.outcome, self.restart, Phase.CALL, self.worker_envs), Phase.CALL)
-        return call.values()
-
-    def ask(self, workers: Sequence[int], commands: m.Command | Sequence[m.Command], phase: Phase) -> dict:
-        """Send one command to each of ``workers``, wait for all of them and carry out the verdict;
-        worker -> reply."""
-        faults = self.transport.post(workers, commands)
-        failed = {f.worker for f in faults}
-        waited = [w for w in workers if w not in failed]
-        outcome = self.transport.wait(waited, len(waited))
-        outcome.faults = sorted(outcome.faults + faults, key=lambda f: f.worker)
-        self.carry_out(judge(outcome, self.restart, phase, self.worker_envs), phase)
-        return outcome.results
 
     # ------------------------------------------------------------------ send
 
@@ -385,68 +328,6 @@ class Engine:
                     Phase.STEP,
                 )
         flights.clear()
-
-    # ------------------------------------------------------------------ reset
-
-    def reset(
-        self,
-        seeds: Sequence[int | None],
-        kwargs: Sequence[dict[str, Any]],
-        mask: Sequence[bool] | np.ndarray | None = None,
-    ) -> tuple[list[np.ndarray], list[dict[str, Any] | None]]:
-        """Reset the envs (all, or those where ``mask`` is True) with one seed each and the keyword
-        arguments of ``kwargs`` (``{"options": ...}`` or ``{}``: the face's convention); the
-        observation leaves of the batch (envs not reset keep their last observation) and the reset
-        infos (None for envs not reset). Steps in flight are waited for and dropped first."""
-        slot = self._post_resets(seeds, kwargs, mask, whole=True)
-        busy = sorted(self.flights.busy)
-        try:
-            self.land(self.transport.wait(busy, len(busy)))
-            replies = [self.flights.ready.pop(w, (None, None))[1] for w in range(self.n_workers)]
-        finally:
-            # Also when an env raised: the other workers' replies are dropped with the failed reset,
-            # and nothing stays pending (the next step or reset is not refused as out of order).
-            self.flights.clear()
-        self.supervisor.needs_reset.clear()
-        only = None if mask is None else np.flatnonzero(mask)
-        self.reading.take_objects(range(self.n_workers), replies)
-        arrays, _ = self.reader.read(slot, (), is_step=False, only=only)
-        self.reading.gather.after_reset(arrays)
-        infos = [i for r in replies for i in (r.infos if isinstance(r, m.ResetDone) else [None])]
-        return arrays, infos
-
-    def async_reset(self, seeds: Sequence[int | None], kwargs: Sequence[dict[str, Any]]) -> None:
-        """Reset every env without waiting (seeds and keyword arguments as for :meth:`reset`); the
-        reset observations come back through :meth:`recv`, a batch at a time."""
-        self._post_resets(seeds, kwargs, None, whole=False)
-
-    def _post_resets(
-        self, seeds: Sequence[int | None], kwargs: Sequence[dict[str, Any]], mask: Any, whole: bool
-    ) -> int:
-        """Drop what is in flight, then post a reset to every worker: into one slot (``whole``; its
-        number is returned) or each into its own next slot."""
-        self.check_open()
-        self.refuse_during_call("reset")
-        self.drain()
-        self.supervisor.note_seeds(seeds)
-        slot = self.slots.advance_all() if whole else -1
-        if whole and (self.restart or mask is not None):
-            self.reader.keep_previous()
-        ring, commands = self.ring, []
-        for w, g in enumerate(self.worker_envs):
-            self.supervisor.needs_reset.pop(w, None)
-            at = slot if whole else self.slots.advance(w)
-            rows = slice(g.start, g.stop)
-            # A reset writes observations only: its rows read as reward 0, not done.
-            ring.rewards[at, rows], ring.terminated[at, rows], ring.truncated[at, rows] = 0.0, False, False
-            part = None if mask is None else [bool(x) for x in mask[rows]]
-            commands.append(m.Reset(at, list(seeds[rows]), list(kwargs[rows]), part))
-        workers = list(range(self.n_workers))
-        self.flights.busy.update(zip(workers, commands))
-        faults = self.transport.post(workers, commands)
-        if faults:
-            self.land(Outcome(faults=faults))
-        return slot
 
     @property
     def n_restarts(self) -> int:

@@ -1,7 +1,8 @@
 """Finding a native step path for each env a worker builds (see :mod:`shmvec.native`).
 
 In this order: shmvec's ``frame_stack`` wrapper over an env that has a native path (the stack is
-assembled straight into the ring slot); SB3's Atari recipe (:mod:`shmvec.atari.sb3`); Gymnasium's
+assembled straight into the ring slot); SB3's Atari recipe and CleanRL's ``ppo_atari.py`` chain
+(:mod:`shmvec.atari.sb3`); Gymnasium's
 ``AtariPreprocessing`` (:mod:`shmvec.atari.preprocessing`); an env that implements ``step_into``
 itself, under Gymnasium's standard wrappers. Anything else steps through
 its wrappers, with the reason kept for :class:`~shmvec.native.NativeStatus`.

@@ -1,0 +1,105 @@
+"""Resets, the third of the engine's primitives: :class:`Resets` resets every env (or those of a
+mask) and returns the batch, or posts the resets and lets ``recv()`` return them a batch at a time
+(``async_reset``). Steps in flight are waited for and dropped first; a reset writes observations
+only, so its rows of the ring read as reward 0, not done. Sending and receiving steps are the core's
+(:mod:`shmvec.engine.core`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from shmvec.engine.flights import Flights
+from shmvec.engine.reader import Reader
+from shmvec.engine.reading import BatchReader
+from shmvec.engine.slots import Slots
+from shmvec.engine.supervisor import Supervisor
+from shmvec.memory.ring import Ring
+from shmvec.transports.base import Outcome, Transport
+from shmvec.wire import messages as m
+
+
+class Resets:
+    """The reset methods of :class:`shmvec.engine.core.Engine` (a mixin: the engine parts they use
+    are declared here and set by the engine)."""
+
+    n_workers: int
+    worker_envs: list[range]
+    restart: bool
+    flights: Flights
+    slots: Slots
+    ring: Ring
+    reader: Reader
+    reading: BatchReader
+    supervisor: Supervisor
+    transport: Transport
+    check_open: Callable[[], None]
+    refuse_during_call: Callable[[str], None]
+    drain: Callable[[], None]
+    land: Callable[[Outcome], None]
+
+    def reset(
+        self,
+        seeds: Sequence[int | None],
+        kwargs: Sequence[dict[str, Any]],
+        mask: Sequence[bool] | np.ndarray | None = None,
+    ) -> tuple[list[np.ndarray], list[dict[str, Any] | None]]:
+        """Reset the envs (all, or those where ``mask`` is True) with one seed each and the keyword
+        arguments of ``kwargs`` (``{"options": ...}`` or ``{}``: the face's convention); the
+        observation leaves of the batch (envs not reset keep their last observation) and the reset
+        infos (None for envs not reset). Steps in flight are waited for and dropped first."""
+        slot = self._post_resets(seeds, kwargs, mask, whole=True)
+        busy = sorted(self.flights.busy)
+        try:
+            self.land(self.transport.wait(busy, len(busy)))
+            replies = [self.flights.ready.pop(w, (None, None))[1] for w in range(self.n_workers)]
+        finally:
+            # Also when an env raised: the other workers' replies are dropped with the failed reset,
+            # and nothing stays pending (the next step or reset is not refused as out of order).
+            self.flights.clear()
+        self.supervisor.needs_reset.clear()
+        only = None if mask is None else np.flatnonzero(mask)
+        self.reading.take_objects(range(self.n_workers), replies)
+        arrays, _ = self.reader.read(slot, (), is_step=False, only=only)
+        self.reading.gather.after_reset(arrays)
+        infos = [i for r in replies for i in (r.infos if isinstance(r, m.ResetDone) else [None])]
+        return arrays, infos
+
+    def async_reset(self, seeds: Sequence[int | None], kwargs: Sequence[dict[str, Any]]) -> None:
+        """Reset every env without waiting (seeds and keyword arguments as for :meth:`reset`); the
+        reset observations come back through :meth:`recv`, a batch at a time."""
+        self._post_resets(seeds, kwargs, None, whole=False)
+
+    def _post_resets(
+        self, seeds: Sequence[int | None], kwargs: Sequence[dict[str, Any]], mask: Any, whole: bool
+    ) -> int:
+        """Drop what is in flight, then post a reset to every worker: into one slot (``whole``; its
+        number is returned) or each into its own next slot."""
+        self.check_open()
+        self.refuse_during_call("reset")
+        self.drain()
+        self.supervisor.note_seeds(seeds)
+        slot = self.slots.advance_all() if whole else -1
+        if whole and (self.restart or mask is not None):
+            self.reader.keep_previous()
+        ring, commands = self.ring, []
+        for w, g in enumerate(self.worker_envs):
+            self.supervisor.needs_reset.pop(w, None)
+            at = slot if whole else self.slots.advance(w)
+            rows = slice(g.start, g.stop)
+            # A reset writes observations only: its rows read as reward 0, not done.
+            ring.rewards[at, rows], ring.terminated[at, rows], ring.truncated[at, rows] = 0.0, False, False
+            part = None if mask is None else [bool(x) for x in mask[rows]]
+            commands.append(m.Reset(at, list(seeds[rows]), list(kwargs[rows]), part))
+        workers = list(range(self.n_workers))
+        self.flights.busy.update(zip(workers, commands))
+        faults = self.transport.post(workers, commands)
+        if faults:
+            self.land(Outcome(faults=faults))
+        return slot
+
+
+__all__ = ["Resets"]
