@@ -5,6 +5,14 @@
     python benchmarks/learning_curve.py --from-json benchmarks/results/learning_curve.json \\
         --markdown benchmarks/results/learning_curve.md --plot docs/img/learning_curve.png
     python benchmarks/learning_curve.py --smoke --json /tmp/lc.json   # seconds: the tests run this
+    python benchmarks/learning_curve.py --task stripes --codec raw,delta,jpeg:quality=50 --json /tmp/c.json
+
+With ``--codec`` the configurations are ShmVecEnv with each codec in the training loop (``raw``: no
+codec): ``shm+delta``, ``shm+jpeg:quality=50``, ... (lossy codecs with a tolerance that never
+trips, so the agent trains on what the codec gives). ``--task stripes`` trains on
+:class:`shmvec.synthetic.StripesEnv` instead, where faint 1-pixel stripes decide the reward: the
+fine detail that lossy image codecs drop first (see its docstring). A lossless codec must give the raw run's parameters, bit for bit:
+the script exits 1 if it does not.
 
 The task is MiniGrid's ``MiniGrid-Empty-Random-6x6-v0`` seen as pixels (``RGBImgPartialObsWrapper``:
 the agent's 7x7-cell view, 56x56x3 RGB): a random policy returns ~0.3, a trained one ~0.95, and PPO
@@ -35,13 +43,16 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
-from policy_loop import run_fresh  # benchmarks/ is the script's path
+from codec_axis import codec_options, compact  # benchmarks/ is the script's path
+from policy_loop import run_fresh
 
 from shmvec.bench import curves
 
 ROOT = Path(__file__).resolve().parents[1]
 TASK = "MiniGrid-Empty-Random-6x6-v0"
 CONFIGS = ("dummy", "subproc", "shm", "cleanrl")
+TASK_NAMES = {"minigrid": TASK, "stripes": "StripesEnv"}
+SHAPES = {TASK: "56x56x3", "StripesEnv": "36x36x3"}
 LABELS = {
     "dummy": "SB3 PPO, DummyVecEnv",
     "subproc": "SB3 PPO, SubprocVecEnv",
@@ -50,6 +61,7 @@ LABELS = {
 }
 N_ENVS = 8
 THRESHOLD = 0.9
+TASKS = {TASK: THRESHOLD, "StripesEnv": 8.0}  # task -> return threshold
 HP: dict[str, Any] = {
     "n_steps": 128,
     "batch_size": 256,
@@ -160,28 +172,44 @@ class _TreeCpu:
         return sum(self._seen.values())
 
 
-def run_measured(config: str, seed: int, steps: int, hp: dict[str, Any]) -> dict[str, Any]:
+def run_measured(config: str, seed: int, steps: int, hp: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
     """:func:`run_one`, and the cores that processes other than this run kept busy meanwhile (a run
     on a shared machine is slower for them; the table shows it)."""
     from shmvec.bench.system import cpu_snapshot
 
     start, busy = time.perf_counter(), cpu_snapshot([]).machine_busy_s
     tree = _TreeCpu()
-    out = run_one(config, seed, steps, hp)
+    out = run_one(config, seed, steps, hp, **kwargs)
     ours = tree.stop()
     wall = time.perf_counter() - start
     out["others_cores"] = max(0.0, (cpu_snapshot([]).machine_busy_s - busy - ours) / wall)
     return out
 
 
-def run_one(config: str, seed: int, steps: int, hp: dict[str, Any]) -> dict[str, Any]:
-    """One training run (in this interpreter): its wall time and episodes."""
+def task_env(task: str) -> Any:
+    """The env factory of a task (its name in :data:`TASKS`)."""
+    if task == TASK:
+        return functools.partial(minigrid_pixels, TASK)
+    from shmvec.synthetic import StripesEnv
+
+    return StripesEnv
+
+
+def run_one(
+    config: str, seed: int, steps: int, hp: dict[str, Any], task: str = TASK, save: str | None = None
+) -> dict[str, Any]:
+    """One training run (in this interpreter): its wall time and episodes; the model saved to
+    ``save`` (a .zip path) when given."""
     if config == "cleanrl":
         return run_cleanrl(seed, steps, hp)
     from shmvec.bench.train import train_one
 
-    fn = functools.partial(minigrid_pixels, TASK)
-    run, _ = train_one(fn, config, "ppo", "CnnPolicy", N_ENVS, steps, seed, hp)
+    backend = "shm" if config.startswith("shm+") else config
+    run, model = train_one(
+        task_env(task), backend, "ppo", "CnnPolicy", N_ENVS, steps, seed, hp, options=codec_options(config)
+    )
+    if save:
+        model.save(save)
     return {"wall_s": run.wall_s, "episodes": run.curve, "params_sha256": run.params_sha256}
 
 
@@ -192,30 +220,58 @@ def _runs(result: dict[str, Any]) -> dict[str, list[list[curves.Episode]]]:
     return out
 
 
+def window(result: dict[str, Any]) -> int:
+    """Entries per point of a curve: :data:`curves.WINDOW` episodes, in chunks after :func:`compact`."""
+    return max(1, curves.WINDOW // result.get("episode_chunk", 1))
+
+
 def problems(result: dict[str, Any]) -> list[str]:
-    """``dummy`` and ``shm`` runs of a seed whose episodes (env steps, return) differ."""
+    """``dummy`` and ``shm`` runs of a seed whose episodes (env steps, return) differ, and lossless
+    codec runs whose parameters differ from the raw ``shm`` run's of the same seed."""
+    from shmvec.codecs import parse
+
     seen: dict[tuple[str, int], list] = {
         (r["config"], r["seed"]): [(e[1], e[2]) for e in r["episodes"]] for r in result["runs"]
     }
-    return [
+    found = [
         f"seed {seed}: shm's episodes differ from dummy's"
         for seed in result["seeds"]
         if ("shm", seed) in seen and ("dummy", seed) in seen and seen["shm", seed] != seen["dummy", seed]
     ]
+    params = {(r["config"], r["seed"]): r.get("params_sha256") for r in result["runs"]}
+    for (config, seed), digest in params.items():
+        lossless = config.startswith("shm+") and parse(config[len("shm+") :]).lossless
+        if lossless and ("shm", seed) in params and digest != params["shm", seed]:
+            found.append(f"seed {seed}: {config}'s parameters differ from raw shm's (a lossless codec)")
+    return found
+
+
+def codec_axis(result: dict[str, Any]) -> bool:
+    """Whether the runs compare codecs (``--codec``) rather than VecEnvs."""
+    return "codecs" in result or any(r["config"].startswith("shm+") for r in result["runs"])
+
+
+def label(config: str, codecs: bool = False) -> str:
+    """The legend's and the table's name of a configuration (``codecs``: on the codec axis)."""
+    if config.startswith("shm+"):
+        return f"codec {config[len('shm+') :]}"
+    return "codec raw (none)" if config == "shm" and codecs else LABELS.get(config, config)
 
 
 def markdown(result: dict[str, Any]) -> str:
     """The table under the plot: per configuration, the time to the threshold and the whole run."""
-    threshold = result["threshold"]
+    threshold, codecs = result["threshold"], codec_axis(result)
+    chunk = result.get("episode_chunk", 1)
+    chunks = f" (as {window(result)} means of {chunk})" if chunk > 1 else ""
     lines = [
         f"| configuration | return >= {threshold:g} after: seconds | env steps | whole run, s | "
         "final return | others' CPU, cores |",
         "|---|---|---|---|---|---|",
     ]
     for config, runs in _runs(result).items():
-        reached = curves.reached(runs, threshold)
+        reached = curves.reached(runs, threshold, window(result))
         walls = [r["wall_s"] for r in result["runs"] if r["config"] == config]
-        finals = [statistics.fmean(e[2] for e in run[-curves.WINDOW :]) for run in runs if run]
+        finals = [statistics.fmean(e[2] for e in run[-window(result) :]) for run in runs if run]
         others = [r["others_cores"] for r in result["runs"] if r["config"] == config and "others_cores" in r]
 
         def spread(xs: list[float], fmt: str) -> str:
@@ -223,15 +279,15 @@ def markdown(result: dict[str, Any]) -> str:
 
         missed = f", {reached.missed} seeds missed" if reached.missed else ""
         lines.append(
-            f"| {LABELS.get(config, config)} | {spread(reached.seconds, '.1f')}{missed} | "
+            f"| {label(config, codecs)} | {spread(reached.seconds, '.1f')}{missed} | "
             f"{spread([float(s) for s in reached.steps], ',.0f')} | {spread(walls, '.1f')} | "
             f"{spread(finals, '.2f')} | {spread(others, '.1f')} |"
         )
     lines.append("")
     lines.append(
-        f"{TASK} as 56x56x3 pixels, {N_ENVS} envs, {result['steps']:,} env steps per run, seeds "
-        f"{', '.join(map(str, result['seeds']))}, {result['cpus']} CPUs; medians over seeds "
-        f"(min-max). Return: the mean of the last {curves.WINDOW} episodes. Others' CPU: cores that "
+        f"{result['task']} as {SHAPES[result['task']]} pixels, {N_ENVS} envs, {result['steps']:,} env steps per run, seeds "
+        f"{', '.join(map(str, sorted({r['seed'] for r in result['runs']})))}, {result['cpus']} CPUs; medians over seeds "
+        f"(min-max). Return: the mean of the last {curves.WINDOW} episodes{chunks}. Others' CPU: cores that "
         "processes other than the run kept busy meanwhile (- where not measured)."
     )
     return "\n".join(lines) + "\n"
@@ -249,29 +305,58 @@ def main() -> int:
     parser.add_argument("--from-json", type=Path, help="measure nothing: report from this JSON")
     parser.add_argument("--markdown", type=Path, help="write the results table here")
     parser.add_argument("--plot", type=Path, help="write the learning curves here (PNG)")
+    parser.add_argument("--task", default="minigrid", choices=sorted(TASK_NAMES), help="what to learn")
+    parser.add_argument(
+        "--codec",
+        help="comma-separated codecs in ShmVecEnv's training loop (raw, delta, jpeg:quality=75, ...): "
+        "the configurations, instead of --configs",
+    )
+    parser.add_argument(
+        "--save-models", type=Path, help="save each trained model here (TASK_CONFIG_SEED.zip)"
+    )
+    parser.add_argument(
+        "--chunk",
+        type=int,
+        default=1,
+        help="with --from-json and --json: write episodes merged N by N (compact)",
+    )
     parser.add_argument("--one", nargs=2, metavar=("CONFIG", "SEED"), help=argparse.SUPPRESS)
+    parser.add_argument("--save", help=argparse.SUPPRESS)
     args = parser.parse_args()
     hp = dict(HP)
     if args.smoke:
         args.steps, args.seeds = 2048, "0"
         hp.update(n_steps=32, batch_size=64, n_epochs=1)
+    task = TASK_NAMES[args.task]
     if args.one:
-        out = run_measured(args.one[0], int(args.one[1]), args.steps, hp)
+        out = run_measured(args.one[0], int(args.one[1]), args.steps, hp, task=task, save=args.save)
         print(json.dumps(out))
         return 0
     if args.from_json:
         result = json.loads(args.from_json.read_text())
+        if args.json:
+            result = compact(result, args.chunk) if args.chunk > 1 else result
+            args.json.write_text(json.dumps(result, separators=(",", ":")) + "\n")
     else:
         from shmvec.engine.groups import usable_cpus
 
         seeds = [int(s) for s in args.seeds.split(",")]
         configs = [c for c in args.configs.split(",") if c]
-        result = {"task": TASK, "steps": args.steps, "seeds": seeds, "hp": hp, "n_envs": N_ENVS}
-        result |= {"threshold": THRESHOLD, "cpus": usable_cpus(), "runs": []}
+        if args.codec:
+            configs = ["shm" if c == "raw" else f"shm+{c}" for c in args.codec.split(",") if c]
+        if task != TASK and "cleanrl" in configs:
+            parser.error("cleanrl runs MiniGrid only: leave it out of --configs with --task stripes")
+        result = {"task": task, "steps": args.steps, "seeds": seeds, "hp": hp, "n_envs": N_ENVS}
+        result |= {"threshold": TASKS[task], "cpus": usable_cpus(), "runs": []}
+        if args.codec:
+            result["codecs"] = args.codec.split(",")
         for k, seed in enumerate(seeds):
             # The order turns with each seed, so no configuration always runs first.
             for config in configs[k % len(configs) :] + configs[: k % len(configs)]:
-                argv = ["--one", config, str(seed), "--steps", str(args.steps)]
+                argv = ["--one", config, str(seed), "--steps", str(args.steps), "--task", args.task]
+                if args.save_models:
+                    args.save_models.mkdir(parents=True, exist_ok=True)
+                    argv += ["--save", str(args.save_models / f"{args.task}_{config}_{seed}.zip")]
                 run = run_fresh(__file__, argv + (["--smoke"] if args.smoke else []))
                 result["runs"].append({"config": config, "seed": seed, **run})
                 print(f"seed {seed} {config}: {run['wall_s']:.1f} s", file=sys.stderr, flush=True)
@@ -284,7 +369,14 @@ def main() -> int:
         args.markdown.write_text(table)
     if args.plot:
         title = f"PPO on {result['task']} (pixels), {N_ENVS} envs, {result['cpus']} CPUs"
-        curves.plot(_runs(result), args.plot, title, result["threshold"], labels=lambda c: LABELS.get(c, c))
+        curves.plot(
+            _runs(result),
+            args.plot,
+            title,
+            result["threshold"],
+            window(result),
+            labels=lambda c: label(c, codec_axis(result)),
+        )
     found = problems(result)
     for p in found:
         print(f"PROBLEM: {p}", file=sys.stderr)

@@ -32,6 +32,8 @@ SOURCES = {
     "ray_wire": "plot_throughput",
     "pool": "plot_training",
     "codecs": "plot_codecs",
+    "codec_learning": "plot_codec_learning",
+    "codec_eval": "plot_codec_learning",
 }
 FIGURES: dict[str, Callable[[Path], None]] = {
     name: getattr(importlib.import_module(module), name) for name, module in SOURCES.items()

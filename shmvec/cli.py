@@ -1,15 +1,16 @@
-"""Command-line interface: ``shmvec bench`` (and ``python -m shmvec``). Parsing and printing only."""
+"""Command-line interface: ``shmvec bench`` and ``shmvec codecs`` (:mod:`shmvec.cli_codecs`), also as
+``python -m shmvec``. Parsing and printing only."""
 
 from __future__ import annotations
 
 import argparse
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TypeVar
 
-T = TypeVar("T")
+from shmvec.cli_usage import UsageError
+from shmvec.cli_usage import checked as _checked
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -131,103 +132,10 @@ def _parser() -> argparse.ArgumentParser:
         help="with --train: a return; say when each backend's seeds reached it (mean of the last 50 "
         "episodes)",
     )
-    codecs = sub.add_parser(
-        "codecs",
-        help="measure observation codecs on real frames: ratio, speed, exactness, error, policy effect",
-    )
-    codecs.add_argument(
-        "--env", default="ALE/Breakout-v5", help="gymnasium id or module:factory (default ALE/Breakout-v5)"
-    )
-    codecs.add_argument(
-        "--steps", type=int, default=2000, help="frames to collect, random actions (default 2000)"
-    )
-    codecs.add_argument("--seed", type=int, default=0, help="env and action seed (default 0)")
-    codecs.add_argument(
-        "--codec",
-        action="append",
-        help="codec to measure, repeatable: name or name:param=value[:...], e.g. jpeg:quality=30 "
-        "(default: every available codec that takes the frames, JPEG at several qualities)",
-    )
-    codecs.add_argument("--model", help="saved SB3 model (zip): also report the policy-level effect")
-    codecs.add_argument("--algo", default="ppo", help="algorithm of --model: ppo, a2c or dqn (default ppo)")
-    codecs.add_argument("--json", help="also write the reports to this JSON file")
+    from shmvec.cli_codecs import add_parser as add_codecs_parser
+
+    add_codecs_parser(sub)
     return parser
-
-
-class UsageError(ValueError):
-    """Bad input (an option, an env name, an env that cannot be built): :func:`main` prints it as one
-    line. Anything else is a bug, in shmvec or in an env, and keeps its traceback."""
-
-
-def _checked(check: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    """Run a check of the user's input; its ValueError or TypeError becomes a :class:`UsageError`
-    (first line of the message only)."""
-    try:
-        return check(*args, **kwargs)
-    except (ValueError, TypeError) as exc:
-        text = str(exc).strip()
-        raise UsageError(text.splitlines()[0] if text else type(exc).__name__) from exc
-
-
-def _codecs(args: argparse.Namespace) -> int:
-    if args.steps < 1:
-        raise UsageError(f"--steps must be >= 1, got {args.steps}")
-    if args.algo not in ("ppo", "a2c", "dqn"):
-        raise UsageError(f"--algo must be one of ppo, a2c, dqn, got {args.algo!r}")
-
-    import json
-
-    from shmvec import codecs as codec_registry
-    from shmvec import fidelity
-    from shmvec.bench.envs import check_env_name, env_factory
-    from shmvec.errors import install_hint
-
-    _checked(check_env_name, args.env)
-    frames = fidelity.collect_frames(env_factory(args.env), args.steps, args.seed)
-    if args.codec:
-        chosen = [_checked(codec_registry.parse, c) for c in args.codec]
-    else:
-        chosen = fidelity.default_codecs(frames.shape[1:], frames.dtype)
-    model = None if args.model is None else _checked(fidelity.load_model, args.model, args.algo)
-    shape = f"{frames.shape[1:]} {frames.dtype}"
-    print(f"{args.env}: {len(frames)} frames {shape}, random actions, seed {args.seed}")
-    missing = codec_registry.missing()
-    if missing and not args.codec:
-        print(
-            f"not installed here: {', '.join(missing)}. {install_hint('codecs')} adds them "
-            f"({', '.join(codec_registry.EXTRA_PACKAGES)})."
-        )
-    reports = fidelity.compare(chosen, frames, model)
-    header = f"{'codec':<42}{'ratio':>9}{'enc MB/s':>10}{'dec MB/s':>10}{'us/frame':>10}{'exact':>7}"
-    header += f"{'max err':>9}{'PSNR dB':>9}"
-    if model is not None:
-        header += f"{'act chg':>9}{'max dV':>9}{'mean KL':>10}"
-    print(header)
-    for r in reports:
-        label = r.codec + "".join(f" {k}={v}" for k, v in r.params.items())
-        psnr = "inf" if r.psnr_db == float("inf") else f"{r.psnr_db:.1f}"
-        line = f"{label:<42}{r.compression_ratio:>8,.1f}x{r.encode_mb_s:>10,.0f}{r.decode_mb_s:>10,.0f}"
-        line += f"{r.us_per_frame:>10,.1f}{'yes' if r.bit_exact else 'no':>7}{r.max_abs_error:>9g}{psnr:>9}"
-        if r.policy is not None:
-            dv = "-" if r.policy.max_value_change is None else f"{r.policy.max_value_change:.3g}"
-            kl = "-" if r.policy.mean_kl is None else f"{r.policy.mean_kl:.3g}"
-            line += f"{r.policy.action_change_rate:>8.1%}{dv:>9}{kl:>10}"
-        print(line)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(
-                {
-                    "env": args.env,
-                    "steps": len(frames),
-                    "seed": args.seed,
-                    "frame_shape": list(frames.shape[1:]),
-                    "reports": [r.to_dict() for r in reports],
-                },
-                f,
-                indent=2,
-            )
-        print(f"wrote {args.json}")
-    return 0
 
 
 def _json_object(text: str, what: str) -> dict:
@@ -408,7 +316,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         _parser().print_help()
         return 0
     try:
-        return {"bench": _bench, "codecs": _codecs}[args.command](args)
+        if args.command == "codecs":
+            from shmvec.cli_codecs import run as codecs
+
+            return codecs(args)
+        return _bench(args)
     except UsageError as exc:
         print(f"shmvec {args.command}: error: {exc}", file=sys.stderr)
         return 2

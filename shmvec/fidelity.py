@@ -6,10 +6,15 @@
 - :func:`policy_effect` feeds raw and decoded frames to a policy (an SB3 model or any callable) and
   reports how often its action changes, the largest change of its value estimate and the mean KL
   divergence between its action distributions.
+- :func:`closed_loop` (module :mod:`shmvec.fidelity_loop`) lets the policy act on decoded
+  observations in the env, paired with the same episodes on raw ones: the return difference with a
+  95% CI and a verdict against the raw policy's episode-to-episode spread.
 - :func:`collect_frames` gathers real frames from an env with random actions (for the command line
   and the tests).
 
 Only numpy is imported at module level; torch and SB3 are imported by :func:`policy_effect` alone.
+:class:`PolicyEffect`, :func:`policy_effect`, :func:`closed_loop` and :class:`ClosedLoopReport` live
+in :mod:`shmvec.fidelity_loop`.
 """
 
 from __future__ import annotations
@@ -23,6 +28,12 @@ from typing import Any, Literal
 import numpy as np
 
 from shmvec.codecs import Codec, get
+
+# The policy's view (open and closed loop) has a module of its own; its names are shmvec.fidelity's too.
+from shmvec.fidelity_loop import ClosedLoopReport as ClosedLoopReport
+from shmvec.fidelity_loop import PolicyEffect as PolicyEffect
+from shmvec.fidelity_loop import closed_loop as closed_loop
+from shmvec.fidelity_loop import policy_effect as policy_effect
 
 
 @dataclass(frozen=True)
@@ -74,22 +85,6 @@ def errors(raw: np.ndarray, decoded: np.ndarray) -> tuple[float, float, float, f
 
 def _finite(x: float) -> float | None:
     return x if math.isfinite(x) else None
-
-
-@dataclass
-class PolicyEffect:
-    """How a policy's outputs change when it sees decoded instead of raw frames.
-
-    :param action_change_rate: fraction of frames whose greedy action differs (0-1).
-    :param max_value_change: largest absolute change of the value estimate (None if the policy has none).
-    :param mean_kl: mean KL(raw || decoded) of the action distributions, nats (None if unavailable).
-    :param n_frames: frames compared.
-    """
-
-    action_change_rate: float
-    max_value_change: float | None
-    mean_kl: float | None
-    n_frames: int
 
 
 @dataclass
@@ -186,73 +181,6 @@ def check(codec: str | Codec, frames: np.ndarray | Sequence[np.ndarray], warmup:
         decode_mb_s=raw_bytes / 1e6 / max(t_dec, 1e-12),
         us_per_frame=(t_enc + t_dec) / len(frames) * 1e6,
     )
-
-
-PolicyFn = Callable[[np.ndarray], dict[str, np.ndarray]]
-
-
-def _sb3_outputs(model: Any, obs: np.ndarray) -> dict[str, np.ndarray]:
-    """Greedy actions, values and action probabilities/means of an SB3 model for a batch."""
-    import torch
-
-    policy = model.policy if hasattr(model, "policy") else model
-    with torch.no_grad():
-        obs_t, _ = policy.obs_to_tensor(obs)
-        if hasattr(policy, "get_distribution"):  # actor-critic (PPO, A2C)
-            dist = policy.get_distribution(obs_t)
-            out = {"action": dist.get_actions(deterministic=True).cpu().numpy(), "dist": dist.distribution}
-            if hasattr(policy, "predict_values"):
-                out["value"] = policy.predict_values(obs_t).cpu().numpy().reshape(-1)
-            return out
-        if hasattr(policy, "q_net"):  # DQN: value = max Q
-            q = policy.q_net(obs_t)
-            return {"action": q.argmax(dim=1).cpu().numpy(), "value": q.max(dim=1).values.cpu().numpy()}
-    raise TypeError(f"cannot probe {type(model).__name__}: pass an SB3 PPO/A2C/DQN model or a callable")
-
-
-def _kl(raw: Any, dec: Any) -> float | None:
-    """Mean KL(raw || decoded): from torch distributions or from probability arrays."""
-    if raw is None or dec is None:
-        return None
-    if isinstance(raw, np.ndarray):
-        p, q = np.clip(raw, 1e-12, 1), np.clip(dec, 1e-12, 1)
-        return float(np.mean(np.sum(p * (np.log(p) - np.log(q)), axis=-1)))
-    import torch
-
-    kl = torch.distributions.kl_divergence(raw, dec)
-    if kl.ndim > 1:  # independent action dimensions (diagonal Gaussian): sum over them
-        kl = kl.sum(dim=-1)
-    return float(kl.mean())
-
-
-def policy_effect(policy: Any, raw: np.ndarray, decoded: np.ndarray, batch_size: int = 64) -> PolicyEffect:
-    """Compare a policy's outputs on raw and on decoded frames.
-
-    :param policy: an SB3 model (PPO, A2C: actions, values, KL; DQN: actions, max Q as value) or a
-        callable taking a batch of observations and returning a dict with ``"action"`` and optionally
-        ``"value"`` and ``"probs"`` (action probabilities, for KL).
-    :param raw: ``(n, *obs_shape)`` observations as the policy expects them.
-    :param decoded: the same after the codec.
-    :param batch_size: frames per forward pass (default 64).
-    """
-    if raw.shape != decoded.shape:
-        raise ValueError(f"raw {raw.shape} and decoded {decoded.shape} frames differ in shape")
-    run: Callable[[np.ndarray], dict[str, Any]] = (
-        policy if callable(policy) and not hasattr(policy, "predict") else (lambda x: _sb3_outputs(policy, x))
-    )
-    changed, max_dv, kls, have_value = 0, 0.0, [], False
-    for lo in range(0, len(raw), batch_size):
-        a, b = run(raw[lo : lo + batch_size]), run(decoded[lo : lo + batch_size])
-        changed += int(np.sum(np.asarray(a["action"]) != np.asarray(b["action"])))
-        if "value" in a:
-            have_value = True
-            max_dv = max(max_dv, float(np.max(np.abs(np.asarray(a["value"]) - np.asarray(b["value"])))))
-        kl = _kl(a.get("dist", a.get("probs")), b.get("dist", b.get("probs")))
-        if kl is not None:
-            kls.append((kl, len(a["action"])))
-    n = len(raw)
-    mean_kl = sum(k * m for k, m in kls) / n if kls else None
-    return PolicyEffect(changed / max(n, 1), max_dv if have_value else None, mean_kl, n)
 
 
 def collect_frames(env_fn: Callable[[], Any], steps: int, seed: int = 0) -> np.ndarray:

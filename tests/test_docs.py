@@ -62,6 +62,7 @@ DOCUMENTED_MODULES = [
     "shmvec.engine.resets",
     "shmvec.engine.options",
     "shmvec.fidelity",
+    "shmvec.fidelity_loop",
     "shmvec.synthetic",
     "shmvec.bench.runner",
     "shmvec.bench.results",

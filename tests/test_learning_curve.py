@@ -62,6 +62,35 @@ def test_the_docs_show_the_committed_figure_with_its_command():
     assert (ROOT / "docs" / "img" / "learning_curve.png").stat().st_size > 10_000
 
 
+def test_compacted_episodes_keep_the_last_window_s_mean_and_the_steps():
+    run = [[float(i), 10 * i, float(i % 7)] for i in range(1, 128)]
+    small = _learning_curve().compact({"runs": [{"config": "shm", "episodes": run}]}, 10)
+    entries = small["runs"][0]["episodes"]
+    assert small["episode_chunk"] == 10 and len(entries) == 13 and entries[-1][:2] == run[-1][:2]
+    assert np.mean([e[2] for e in entries[-5:]]) == pytest.approx(
+        np.mean([e[2] for e in run[-50:]]), abs=1e-3
+    )
+    assert _learning_curve().window(small) == 5
+
+
+@pytest.mark.sb3
+def test_a_lossless_codec_in_the_training_loop_gives_the_raw_parameters():
+    """Same seed, a few updates on StripesEnv: delta must give raw's parameters bit for bit; a
+    coarse JPEG (the stripes gone) must not, or the comparison could not fail."""
+    lc = _learning_curve()
+    hp = dict(lc.HP, n_steps=16, batch_size=64, n_epochs=1)
+    runs = {
+        c: lc.run_one(c, 0, 256, hp, task="StripesEnv") for c in ("shm", "shm+delta", "shm+jpeg:quality=25")
+    }
+    assert runs["shm+delta"]["params_sha256"] == runs["shm"]["params_sha256"]
+    assert runs["shm+delta"]["episodes"][-1][1:] == runs["shm"]["episodes"][-1][1:]
+    assert runs["shm+jpeg:quality=25"]["params_sha256"] != runs["shm"]["params_sha256"]
+    result = {"seeds": [0], "runs": [{"config": c, "seed": 0, **r} for c, r in runs.items()]}
+    assert lc.problems(result) == []
+    result["runs"][1]["params_sha256"] = "0" * 64
+    assert lc.problems(result) == ["seed 0: shm+delta's parameters differ from raw shm's (a lossless codec)"]
+
+
 @pytest.mark.slow
 def test_smoke_run_trains_every_configuration(tmp_path):
     require("minigrid", "pip install minigrid")
@@ -104,3 +133,54 @@ def test_bench_train_plots_the_learning_curves(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "dummy: mean return >= -1 after " in proc.stdout and "shm: mean return >= -1 after " in proc.stdout
     assert plot.stat().st_size > 10_000
+
+
+@pytest.mark.slow
+def test_codec_study_smoke_run(tmp_path):
+    """The study's two scripts, tiny: codecs in the training loop, then the raw-trained model
+    through each codec (closed and open loop)."""
+    models, out, evaluated = tmp_path / "models", tmp_path / "lc.json", tmp_path / "ce.json"
+    proc = run_python(
+        *(str(ROOT / "benchmarks" / "learning_curve.py"), "--smoke", "--task", "stripes", "--json", str(out)),
+        *("--codec", "raw,delta,jpeg:quality=25", "--save-models", str(models)),
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]  # 1: delta's parameters differ from raw's
+    result = json.loads(out.read_text())
+    assert [r["config"] for r in result["runs"]] == ["shm", "shm+delta", "shm+jpeg:quality=25"]
+    assert "| codec jpeg:quality=25 |" in proc.stdout
+    proc = run_python(
+        *(
+            str(ROOT / "benchmarks" / "codec_eval.py"),
+            "--smoke",
+            "--task",
+            "stripes",
+            "--models",
+            str(models),
+        ),
+        *("--json", str(evaluated)),
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    loop = json.loads(evaluated.read_text())["models"][0]["closed_loop"]
+    assert loop["delta"]["return_difference"] == 0 and loop["delta"]["verdict"] == "within"
+    assert len(loop["jpeg:quality=25"]["decoded_returns"]) == 3
+
+
+@pytest.mark.parametrize("task", ["minigrid", "stripes"])
+def test_codec_study_tables_are_rendered_from_the_committed_json(task):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import plot_codec_learning
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    results = ROOT / "benchmarks" / "results"
+    learned = json.loads((results / f"codec_learning_{task}.json").read_text())
+    assert _learning_curve().markdown(learned) == (results / f"codec_learning_{task}.md").read_text(), (
+        f"codec_learning_{task}.md is stale: python benchmarks/learning_curve.py --from-json "
+        f"benchmarks/results/codec_learning_{task}.json --markdown benchmarks/results/codec_learning_{task}.md"
+    )
+    assert _learning_curve().problems(learned) == []  # delta's parameters are raw's, seed for seed
+    assert plot_codec_learning.eval_markdown(task) == (results / f"codec_eval_{task}.md").read_text(), (
+        "stale: python benchmarks/plot_codec_learning.py"
+    )

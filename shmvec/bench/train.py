@@ -236,13 +236,17 @@ def train_one(
     seed: int,
     algo_kwargs: dict[str, Any],
     start_method: str | None = None,
+    options: dict[str, Any] | None = None,
 ) -> tuple[TrainRun, Any]:
     """Train once: ``n_envs`` Monitor-wrapped envs from ``env_fn`` in ``backend``; the run and the
-    model. Wall-clock time and the episodes' times count from just before the VecEnv is built."""
+    model. Wall-clock time and the episodes' times count from just before the VecEnv is built.
+
+    :param options: shmvec's options for the backends shmvec builds, e.g. ``{"codec": "delta"}``
+        (default None: none; see :func:`shmvec.bench.backends.make_vec_env`)."""
     fn = functools.partial(_monitored, env_fn)
     start = time.perf_counter()
     episodes: list[curves.Episode] = []
-    venv = make_vec_env(backend, [fn] * n_envs, None, start_method)
+    venv = make_vec_env(backend, [fn] * n_envs, None, start_method, options=options)
     try:
         venv.seed(seed)
         model = algo_class(algo)(policy, venv, seed=seed, device="cpu", **algo_kwargs)
