@@ -25,14 +25,24 @@ def pytest_report_header(config):
     return lines + [f"  {name}: {missing}" for name, missing in _LEFT_OUT.items()]
 
 
+def _functions(item):
+    """The test's function and those of the fixtures it uses (a fixture may be what needs SB3)."""
+    yield getattr(item, "function", None)
+    info = getattr(item, "_fixtureinfo", None)
+    for defs in info.name2fixturedefs.values() if info is not None else ():
+        for fixture in defs:
+            yield fixture.func
+
+
 def pytest_collection_modifyitems(config, items):
-    """Core suite: leave out the tests of core modules whose own code needs torch or SB3."""
+    """Core suite: leave out the tests of core modules whose own code, or a fixture's they use,
+    needs torch, SB3 or SciPy."""
     if not CORE:
         return
     out = [
         item
         for item in items
-        if item.get_closest_marker("sb3") or core_suite.test_lacks(getattr(item, "function", None))
+        if item.get_closest_marker("sb3") or any(core_suite.test_lacks(f) for f in _functions(item))
     ]
     if out:
         config.hook.pytest_deselected(items=out)
@@ -43,7 +53,7 @@ def pytest_collection_modifyitems(config, items):
 def pytest_terminal_summary(terminalreporter, config):
     left_out = getattr(config, "_core_left_out", [])
     if left_out:
-        terminalreporter.write_line(f"core suite: {len(left_out)} tests need torch or SB3 (full suite only):")
+        terminalreporter.write_line(f"core suite: {len(left_out)} tests need torch, SB3 or SciPy (full suite only):")
         for nodeid in left_out:
             terminalreporter.write_line(f"  {nodeid}")
 

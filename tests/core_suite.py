@@ -6,7 +6,8 @@ The core venv holds shmvec with the ``codecs`` extra (no torch, no SB3) and the 
 is left out when importing it fails for want of a library that only another extra (or the full
 suite's test tools) brings, or when it imports SB3's face ``ShmVecEnv`` (which needs the ``sb3``
 extra, though it imports without it) or ``shmvec.bench`` (the ``bench`` extra); a test in a core
-module is left out when its own code imports torch or SB3 or uses ``ShmVecEnv``, or when it is
+module is left out when its own code or a fixture's it uses imports torch, SB3 or SciPy or uses
+``ShmVecEnv``, or when it is
 marked ``sb3`` (it needs SB3 through a library call or a subprocess, which its code does not show). The run's header
 names the modules left out and what each lacks, its summary the tests, so that what stops being core
 is seen.
@@ -15,6 +16,7 @@ is seen.
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import inspect
 import textwrap
@@ -48,8 +50,9 @@ EXTRAS = frozenset(
 )
 # Imports of shmvec's parts that import without their extra but cannot run without it.
 _FACE_NEEDS = {"ShmVecEnv": "stable_baselines3 (ShmVecEnv)"}
-# What a test's own code needs that the core venv lacks: imports of these, or the SB3 face.
-_TEST_IMPORTS = frozenset({"torch", "stable_baselines3"})
+# What a test's own code needs that the core venv lacks: imports of these, or the SB3 face. (SciPy
+# comes with the full suite's libraries, never with the core venv's.)
+_TEST_IMPORTS = frozenset({"torch", "stable_baselines3", "scipy"})
 
 
 def _imports_needing_extras(path: Path) -> str | None:
@@ -64,8 +67,10 @@ def _imports_needing_extras(path: Path) -> str | None:
     return None
 
 
+@functools.cache
 def test_lacks(function: Any) -> bool:
-    """Whether a test function's own code (not its strings) imports torch or SB3, or names SB3's face."""
+    """Whether a test's or fixture's own code (not its strings) imports torch, SB3 or SciPy, or
+    names SB3's face."""
     try:
         tree = ast.parse(textwrap.dedent(inspect.getsource(function)))
     except (OSError, TypeError, SyntaxError):
