@@ -53,7 +53,9 @@ def pytest_collection_modifyitems(config, items):
 def pytest_terminal_summary(terminalreporter, config):
     left_out = getattr(config, "_core_left_out", [])
     if left_out:
-        terminalreporter.write_line(f"core suite: {len(left_out)} tests need torch, SB3 or SciPy (full suite only):")
+        terminalreporter.write_line(
+            f"core suite: {len(left_out)} tests need torch, SB3 or SciPy (full suite only):"
+        )
         for nodeid in left_out:
             terminalreporter.write_line(f"  {nodeid}")
 
