@@ -110,6 +110,19 @@ def test_area_table_matches_opencv_one_axis():
     assert np.array_equal(np.clip(np.rint(row), 0, 255).astype(np.uint8), want)
 
 
+@pytest.mark.parametrize("screen", [(210, 160), (210, 150)])
+@pytest.mark.parametrize("colour", [True, False])
+def test_warp_kept_from_frame_to_frame_equals_opencv(screen, colour):
+    # Whole screens, then rows changed, then sprites moved (a few columns of a few rows): from one
+    # frame to the next only the changed columns' pixels are recomputed. A width that is not a
+    # multiple of 8 takes the per-pixel comparison.
+    warp = Warp(screen, (84, 60))
+    colours, table = (
+        (palette.rgb_palette(), palette.gray_of_max()) if colour else (np.arange(256, dtype=np.uint8), MAX)
+    )
+    assert warp.agrees_with_opencv(colours, table, frames=40)
+
+
 def test_sizes_opencv_resizes_otherwise_are_refused():
     assert checked((210, 160), (105, 80), colour=True) is None  # whole factors: OpenCV's fast path
     assert checked((210, 160), (10, 10), colour=True) is None

@@ -15,9 +15,11 @@ Step 2's per-row sums depend on that row's two index rows alone, and most rows o
 the same as a step earlier: each env keeps its rows' sums (:class:`WarpState`) and recomputes only
 the rows whose indices changed (9-45 of 210 on Pong, Breakout, MsPacman, Seaquest). When most rows
 changed, all are recomputed at once with the horizontal pass running over every source row together
-(vectorised). A destination row depends on its few source rows alone, so the env also keeps the frame
-it gave last and recomputes only the destination rows a changed source row feeds. None of this
-changes a single float operation, only which are done and their interleaving.
+(vectorised). What changes in a row is mostly a sprite a few pixels wide, and a destination pixel
+depends on a few source rows and columns alone: so within a changed row only the destination
+columns that its changed 8-byte words feed are recomputed, and the env keeps the frame it gave last
+and recomputes only the destination pixels those columns and rows feed. None of this changes a
+single float operation, only which are done and their interleaving.
 
 :class:`Warp` checks itself against OpenCV when it is built (:func:`checked`): an OpenCV whose area
 resize computes otherwise makes the native path step through the wrappers instead.
@@ -69,12 +71,16 @@ def area_table(ssize: int, dsize: int) -> tuple[np.ndarray, np.ndarray, np.ndarr
 
 
 @numba.njit(cache=True, nogil=True, boundscheck=False)
-def _changed_rows(i0, i1, prev, valid, changed) -> int:
-    """Mark the rows where ``i0`` or ``i1`` differ from ``prev`` (all, if not ``valid``); how many.
-    Rows whose width is a multiple of 8 bytes are compared 8 bytes at a time."""
+def _changed_rows(i0, i1, prev, valid, span, dfrom, dupto) -> int:
+    """The rows where ``i0`` or ``i1`` differ from ``prev`` (all, if not ``valid``): how many, and in
+    ``span[sy]`` the destination columns (from, to) that a row's differing pixels feed, empty for a
+    row that did not change. ``dfrom`` / ``dupto``: per source column, the first destination column
+    it or a column after it feeds / the last one it or a column before it feeds. A span runs from
+    the first to the last differing 8-byte word (pixel, where the width is not a multiple of 8)."""
     height, width = i0.shape
     if not valid:
-        changed[:] = True
+        span[:, 0] = 0
+        span[:, 1] = dupto[width - 1] + 1
         return height
     words = width // 8 if width % 8 == 0 else 0
     if words:
@@ -91,29 +97,43 @@ def _changed_rows(i0, i1, prev, valid, changed) -> int:
         else:
             for sx in range(width):
                 diff |= (i0[sy, sx] != prev[0, sy, sx]) | (i1[sy, sx] != prev[1, sy, sx])
-        changed[sy] = diff
-        n += diff
+        if not diff:
+            span[sy, 0] = span[sy, 1] = 0
+            continue
+        n += 1
+        # Second pass on the changed rows alone (a few per frame): where the difference lies.
+        lo, hi = width, 0
+        if words:
+            for k in range(words):
+                if (a[sy, k] != pa[sy, k]) | (b[sy, k] != pb[sy, k]):
+                    lo, hi = min(lo, 8 * k), 8 * k + 8
+        else:
+            for sx in range(width):
+                if (i0[sy, sx] != prev[0, sy, sx]) | (i1[sy, sx] != prev[1, sy, sx]):
+                    lo, hi = min(lo, sx), sx + 1
+        span[sy, 0], span[sy, 1] = dfrom[lo], dupto[hi - 1] + 1
     return n
 
 
 @numba.njit(cache=True, nogil=True, boundscheck=False)
-def _rows(i0, i1, table, prev, changed, g, buf, taps, weights) -> None:
-    """Per changed row: its lookup, then each destination column's sum over its source pixels, the
-    taps in OpenCV's order (padding taps weigh 0 and add +0.0, which changes no sum)."""
-    height, width = i0.shape
-    ntaps, dwidth = taps.shape
-    for sy in range(height):
-        if not changed[sy]:
+def _rows(i0, i1, table, prev, span, g, buf, taps, weights, sfirst, slast) -> None:
+    """Per changed row: the lookup of the source pixels its changed destination columns read, then
+    each of those columns' sum over its source pixels, the taps in OpenCV's order (padding taps
+    weigh 0 and add +0.0, which changes no sum). Other columns' sums read unchanged pixels only."""
+    ntaps = taps.shape[0]
+    for sy in range(i0.shape[0]):
+        d0, d1 = span[sy, 0], span[sy, 1]
+        if d0 == d1:
             continue
-        for sx in range(width):
+        for sx in range(sfirst[d0], slast[d1 - 1] + 1):
             a, b = i0[sy, sx], i1[sy, sx]
             prev[0, sy, sx], prev[1, sy, sx] = a, b
             g[sx] = table[(np.int32(a) << 8) | b]
         row = buf[sy]
-        for d in range(dwidth):
+        for d in range(d0, d1):
             row[d] = g[taps[0, d]] * weights[0, d]
         for t in range(1, ntaps):
-            for d in range(dwidth):
+            for d in range(d0, d1):
                 row[d] += g[taps[t, d]] * weights[t, d]
 
 
@@ -138,48 +158,46 @@ def _all_rows(i0, i1, table, prev, gt, buft, buf, xd, xs, xw) -> None:
 
 
 @numba.njit(cache=True, nogil=True, boundscheck=False)
-def _store(acc: np.ndarray, out: np.ndarray, dy: int) -> None:
-    for dx in range(len(acc)):
-        v = np.rint(acc[dx])
-        out[dy, dx] = np.uint8(min(max(v, 0.0), 255.0))
-
-
-@numba.njit(cache=True, nogil=True, boundscheck=False)
-def _vertical(buf, acc, last, changed, ys, yw, ystart) -> None:
-    """Per destination row fed by a changed source row: the rows' sums times their weights, in
-    OpenCV's order, into ``last`` (the env's previous frame, whose other rows stay as they are)."""
+def _vertical(buf, acc, last, span, ys, yw, ystart) -> None:
+    """Per destination row fed by a changed source row: over the destination columns those rows'
+    changes feed, the rows' sums times their weights, in OpenCV's order, then ``cvRound`` and
+    saturation, into ``last`` (the env's previous frame, whose other pixels stay as they are)."""
     for dy in range(len(ystart) - 1):
         lo, hi = ystart[dy], ystart[dy + 1]
-        dirty = False
+        d0, d1 = acc.shape[0], 0
         for j in range(lo, hi):
-            dirty |= changed[ys[j]]
-        if not dirty:
+            if span[ys[j], 0] < span[ys[j], 1]:
+                d0, d1 = min(d0, span[ys[j], 0]), max(d1, span[ys[j], 1])
+        if d0 >= d1:
             continue
         sy, w = ys[lo], yw[lo]
-        for dx in range(len(acc)):
+        for dx in range(d0, d1):
             acc[dx] = w * buf[sy, dx]
         for j in range(lo + 1, hi):
             sy, w = ys[j], yw[j]
-            for dx in range(len(acc)):
+            for dx in range(d0, d1):
                 acc[dx] = acc[dx] + w * buf[sy, dx]
-        _store(acc, last, dy)
+        for dx in range(d0, d1):
+            v = np.rint(acc[dx])
+            last[dy, dx] = np.uint8(min(max(v, 0.0), 255.0))
 
 
 @numba.njit(cache=True, nogil=True, boundscheck=False)
 def warp_frame(
-    i0, i1, table, out, prev, valid, changed, buf, last, g, gt, buft, acc, x, taps, weights, y
+    i0, i1, table, out, prev, valid, buf, last, g, gt, buft, acc, span, x, taps, weights, y, cols
 ) -> int:
     """``out[:] = area_resize(table[i0 << 8 | i1])`` (see the module docstring): ``prev``, ``valid``,
-    ``changed``, ``buf``, ``last`` are the env's :class:`WarpState`, the rest the warp's tables and
-    scratch. Returns the rows recomputed."""
-    n = _changed_rows(i0, i1, prev, valid[0], changed)
-    if n > len(changed) // 3:
+    ``buf``, ``last`` are the env's :class:`WarpState`, the rest the warp's tables and scratch.
+    Returns the rows recomputed."""
+    n = _changed_rows(i0, i1, prev, valid[0], span, cols[0], cols[1])
+    if n > len(span) // 3:
+        # Every row at once; the pixels outside the spans come out as they were.
         _all_rows(i0, i1, table, prev, gt, buft, buf, x[0], x[1], x[2])
     elif n:
-        _rows(i0, i1, table, prev, changed, g, buf, taps, weights)
+        _rows(i0, i1, table, prev, span, g, buf, taps, weights, cols[2], cols[3])
     valid[0] = True
     if n:
-        _vertical(buf, acc, last, changed, y[1], y[2], y[3])
+        _vertical(buf, acc, last, span, y[1], y[2], y[3])
     for dy in range(out.shape[0]):  # (numba's 2-d slice assignment takes 8x as long)
         for dx in range(out.shape[1]):
             out[dy, dx] = last[dy, dx]
@@ -201,7 +219,8 @@ def screen_pairs(screen: tuple[int, int], frames: int) -> Iterator[tuple[np.ndar
     """Test pairs of index screens (even indices, as NTSC games show), for checking a warp: random
     ones and ones with large flat areas and hard edges, as game screens have; each pair first whole
     (with ``height`` rows to recompute: start from a fresh :class:`WarpState`), then with a few of
-    its rows changed: ``(i0, i1, rows to recompute)``."""
+    its rows changed, then with a few sprites moved (small rectangles: a few columns of a few rows
+    changed, at the screen's edges too): ``(i0, i1, rows to recompute)``."""
     rng = np.random.default_rng(0)
     height, width = screen
     for f in range(frames):
@@ -211,9 +230,22 @@ def screen_pairs(screen: tuple[int, int], frames: int) -> Iterator[tuple[np.ndar
             i1 = np.where(i0 > 128, i0, 0).astype(np.uint8)
             i0 = np.repeat(i0[:, :1], width, axis=1)
         yield i0, i1, height
+        before = i0.copy(), i1.copy()
         rows = rng.choice(height, size=height // 8, replace=False)
         i1[rows] = rng.integers(0, 128, (len(rows), width), dtype=np.uint8) * 2
-        yield i0, i1, len(rows)
+        yield i0, i1, _rows_differing(before, (i0, i1))
+        before = i0.copy(), i1.copy()
+        for _ in range(4):
+            top = int(rng.integers(0, height - 1))
+            left = (0, width - 1, int(rng.integers(0, width - 1)))[rng.integers(3)]
+            box = slice(top, top + int(rng.integers(1, 9))), slice(left, left + int(rng.integers(1, 17)))
+            screen_of = (i0, i1)[rng.integers(2)]
+            screen_of[box] = rng.integers(0, 128, screen_of[box].shape, dtype=np.uint8) * 2
+        yield i0, i1, _rows_differing(before, (i0, i1))
+
+
+def _rows_differing(before: tuple[np.ndarray, np.ndarray], after: tuple[np.ndarray, np.ndarray]) -> int:
+    return int(np.any((before[0] != after[0]) | (before[1] != after[1]), axis=1).sum())
 
 
 class WarpState:
@@ -226,7 +258,6 @@ class WarpState:
         height, width = warp.screen
         self.prev = np.zeros((2, height, width), np.uint8)
         self.valid = np.zeros(1, np.bool_)  # False until the first frame: every row computed
-        self.changed = np.zeros(height, np.bool_)
         self.buf = np.zeros((height, warp.size[1]), np.float32)
         self.last = np.zeros(warp.size, np.uint8)  # the frame it gave last
 
@@ -255,11 +286,25 @@ class Warp:
         first = np.concatenate([[0], np.cumsum(counts)[:-1]])
         for k, (d, s, w) in enumerate(zip(*self.x)):
             self.taps[k - first[d], d], self.weights[k - first[d], d] = s, w
+        # Which destination columns a change in a source column reaches, and back (area_table's
+        # entries are sorted by destination and by source alike): per source column the first
+        # destination column it or a later column feeds and the last it or an earlier one feeds;
+        # per destination column its first and last source column.
+        dfirst = np.full(width, dwidth, np.int32)
+        np.minimum.at(dfirst, self.x[1], self.x[0])
+        dlast = np.full(width, -1, np.int32)
+        np.maximum.at(dlast, self.x[1], self.x[0])
+        self.cols = np.zeros((4, max(width, dwidth)), np.int32)
+        self.cols[0, :width] = np.minimum.accumulate(dfirst[::-1])[::-1]
+        self.cols[1, :width] = np.maximum.accumulate(dlast)
+        self.cols[2, :dwidth] = [self.x[1][self.x[0] == d].min() for d in range(dwidth)]
+        self.cols[3, :dwidth] = [self.x[1][self.x[0] == d].max() for d in range(dwidth)]
         self.scratch = (
             np.zeros(width, np.float32),
             np.zeros((width, height), np.float32),
             np.zeros((dwidth, height), np.float32),
             np.zeros(dwidth, np.float32),
+            np.zeros((height, 2), np.int32),  # each row's span (see _changed_rows)
         )
 
     def state(self) -> WarpState:
@@ -272,8 +317,8 @@ class Warp:
         """Write the frame of index screens ``i0``/``i1`` through pair ``table`` into ``out``, a
         (height, width) uint8 array, for the env whose rows ``state`` holds; the rows recomputed."""
         return warp_frame(
-            i0, i1, table, out, state.prev, state.valid, state.changed, state.buf, state.last, *self.scratch,
-            self.x, self.taps, self.weights, self.y,
+            i0, i1, table, out, state.prev, state.valid, state.buf, state.last, *self.scratch,
+            self.x, self.taps, self.weights, self.y, self.cols,
         )  # fmt: skip
 
     def agrees_with_opencv(self, colours: np.ndarray, table: np.ndarray, frames: int = 12) -> bool:
