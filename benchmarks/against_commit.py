@@ -23,9 +23,10 @@ import sys
 import time
 
 # pong-delta: Pong with codec="delta"; atari-policy: SB3's Atari recipe (PongNoFrameskip-v4,
-# frame_stack=4 in the workers) with PPO's CnnPolicy.predict in the loop; pong-pool: ShmVectorEnv's
-# pool mode, 16 Pong envs in batches of 8, random actions.
-WORKLOADS = ("pong", "synth512", "pong-delta", "atari-policy", "pong-pool")
+# frame_stack=4 in the workers) with PPO's CnnPolicy.predict in the loop; atari-pong,
+# atari-mspacman: the recipe with random actions; pong-pool: ShmVectorEnv's pool mode, 16 Pong envs
+# in batches of 8, random actions.
+WORKLOADS = ("pong", "synth512", "pong-delta", "atari-policy", "atari-pong", "atari-mspacman", "pong-pool")
 
 
 class _Timed:
@@ -57,34 +58,43 @@ class _Timed:
         }
 
 
-def policy_window(seconds: float) -> dict[str, float | str]:
-    """SB3's Atari recipe with the policy in the loop (what training's rollouts do)."""
+def recipe_window(seconds: float, game: str, policy: bool) -> dict[str, float | str]:
+    """SB3's Atari recipe on ``game`` (e.g. ``"Pong"``), with PPO's policy in the loop (what
+    training's rollouts do) or random actions."""
     import ale_py
     import gymnasium as gym
-    import torch
-    from stable_baselines3 import PPO
+    import numpy as np
     from stable_baselines3.common.env_util import make_atari_env
 
     import shmvec
     from shmvec import ShmVecEnv
 
     gym.register_envs(ale_py)
-    torch.set_num_threads(2)
     venv = make_atari_env(
-        "PongNoFrameskip-v4",
+        f"{game}NoFrameskip-v4",
         n_envs=8,
         seed=0,
         vec_env_cls=ShmVecEnv,
         vec_env_kwargs={"start_method": "fork", "frame_stack": 4},
     )
     try:
-        model = PPO("CnnPolicy", venv, seed=0, device="cpu")
+        if policy:
+            import torch
+            from stable_baselines3 import PPO
+
+            torch.set_num_threads(2)
+            act = PPO("CnnPolicy", venv, seed=0, device="cpu").predict
+        else:
+            rng = np.random.default_rng(0)
+            actions = [rng.integers(0, venv.action_space.n, 8) for _ in range(64)]
+            act = lambda obs: (actions[timed.n % 64],)  # noqa: E731
+        timed = _Timed(8)
         obs = venv.reset()
         for _ in range(30):  # warm-up
-            obs = venv.step(model.predict(obs)[0])[0]
+            obs = venv.step(act(obs)[0])[0]
         timed = _Timed(8)
         while time.perf_counter() - timed.start < seconds:
-            obs = venv.step(model.predict(obs)[0])[0]
+            obs = venv.step(act(obs)[0])[0]
             timed.n += 1
         result = timed.result()
     finally:
@@ -130,8 +140,9 @@ def window(workload: str, seconds: float) -> dict[str, float | str]:
     import shmvec
     from shmvec import ShmVecEnv
 
-    if workload == "atari-policy":
-        return policy_window(seconds)
+    if workload.startswith("atari-"):
+        game = {"atari-mspacman": "MsPacman"}.get(workload, "Pong")
+        return recipe_window(seconds, game, policy=workload == "atari-policy")
     if workload == "pong-pool":
         return pool_window(seconds)
     if workload.startswith("pong"):
