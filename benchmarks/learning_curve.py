@@ -262,7 +262,8 @@ def markdown(result: dict[str, Any]) -> str:
     """The table under the plot: per configuration, the time to the threshold and the whole run."""
     threshold, codecs = result["threshold"], codec_axis(result)
     chunk = result.get("episode_chunk", 1)
-    chunks = f" (as {window(result)} means of {chunk})" if chunk > 1 else ""
+    n = window(result)
+    chunks = f" (as {n} mean{'s' if n > 1 else ''} of {chunk})" if chunk > 1 else ""
     lines = [
         f"| configuration | return >= {threshold:g} after: seconds | env steps | whole run, s | "
         "final return | others' CPU, cores |",

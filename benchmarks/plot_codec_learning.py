@@ -28,6 +28,20 @@ TITLES = {
 }
 
 
+# One colour per codec in both figures, in the order the studies list them; lines that coincide
+# (a lossless codec's run is raw's, bit for bit) stay visible by their dashes.
+CODEC_ORDER = ("raw", "delta", "jpeg:quality=95", "jpeg:quality=75", "jpeg:quality=50", "jpeg:quality=25")
+CODEC_ORDER += ("webp:quality=75",)
+_DASHES = ("-", "--", ":", "-.")
+
+
+def _style(codec: str) -> dict[str, str]:
+    """Colour (and line style, for curves) of ``codec`` ("raw (none)" is raw)."""
+    codec = codec.removesuffix(" (none)")
+    k = CODEC_ORDER.index(codec) if codec in CODEC_ORDER else len(CODEC_ORDER) + sum(map(ord, codec)) % 3
+    return {"color": f"C{k}", "linestyle": _DASHES[k % len(_DASHES)]}
+
+
 def _read(name: str) -> Any:
     return json.loads((RESULTS / name).read_text())
 
@@ -57,8 +71,9 @@ def codec_learning(out: Path) -> None:
                 warnings.simplefilter("ignore", RuntimeWarning)  # grid points where no seed has a value
                 mean, low, high = (f(lines, axis=0) for f in (np.nanmean, np.nanmin, np.nanmax))
             name = learning_curve.label(config, True).removeprefix("codec ")
-            ax.plot(grid, mean, label=name, linewidth=1.2)
-            ax.fill_between(grid, low, high, alpha=0.1)
+            style = _style(name)
+            ax.plot(grid, mean, label=name, linewidth=1.2, **style)
+            ax.fill_between(grid, low, high, alpha=0.1, color=style["color"])
         ax.axhline(result["threshold"], color="gray", linestyle=":", linewidth=0.8)
         seeds = len({r["seed"] for r in result["runs"]})
         ax.set_title(f"{TITLES[task]}: {result['steps']:,} steps, {seeds} seeds", fontsize=9)
@@ -104,8 +119,8 @@ def codec_eval(out: Path) -> None:
         result = _read(f"codec_eval_{task}.json")
         points = eval_points(result)
         top, bottom = panels[0][k], panels[1][k]
-        for i, p in enumerate(points):
-            color = f"C{i}"
+        for p in points:
+            color = _style(p["codec"])["color"]
             top.errorbar(p["ratio"], p["diff"], yerr=[[p["diff"] - p["low"]], [p["high"] - p["diff"]]],
                          fmt="o", color=color, capsize=3, label=p["codec"])  # fmt: skip
             bottom.scatter(p["ratio"], 100 * p["closed_change"], color=color, marker="o")
