@@ -265,7 +265,7 @@ def _preprocessed(
     ids=["preprocessing-stack", "preprocessing", "sb3-recipe"],
 )
 def test_gymnasium_face_matches_sync(no_leaks, fn, mode):
-    from tests.test_vector_env import run_both
+    from tests.vector_helpers import run_both
 
     with closing(shmvec.ShmVectorEnv([fn], start_method="fork")) as probe:
         assert probe.native_steps[0].path is not None, probe.native_steps

@@ -24,7 +24,8 @@ from shmvec.restart import restart_seed
 from tests.helpers import assert_obs_equal, require
 from tests.object_envs import SPACES, TEXT_IN_DICT, make_faulty_mission, make_object_env
 from tests.test_pool import check_trajectories, run_pool
-from tests.test_vector_env import (
+from tests.vector_envs import CopyOutputs
+from tests.vector_helpers import (
     ACTIONS,
     DISABLED,
     NEXT,
@@ -35,7 +36,6 @@ from tests.test_vector_env import (
     make,
     run_both,
 )
-from tests.vector_envs import CopyOutputs
 
 MODES = [NEXT, SAME, DISABLED]
 

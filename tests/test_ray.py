@@ -34,7 +34,7 @@ from tests.envs import DictImageEnv, SlowStepEnv, make_dict_env  # noqa: E402
 from tests.helpers import assert_obs_equal, assert_step_equal, sample_actions  # noqa: E402
 from tests.object_envs import make_object_env  # noqa: E402
 from tests.test_pool import FAULTY, check_trajectories, run_pool  # noqa: E402
-from tests.test_vector_env import SAME, run_both  # noqa: E402
+from tests.vector_helpers import SAME, run_both  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

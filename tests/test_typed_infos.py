@@ -16,7 +16,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv
 from shmvec import ShmVecEnv
 from shmvec.memory.infos import InfoSchema, learn
 from shmvec.restart import REASON_KEY, RESTARTED_KEY
-from tests import test_vector_env
+from tests import vector_helpers
 from tests.helpers import assert_obs_equal, require, sample_actions
 from tests.info_envs import make_info_env, stable_info
 
@@ -140,12 +140,12 @@ def test_learn_takes_the_shared_leading_keys():
 
 
 @pytest.mark.parametrize("pattern", ["stable", "changing-gym"])
-@pytest.mark.parametrize("mode", [test_vector_env.NEXT, test_vector_env.SAME])
+@pytest.mark.parametrize("mode", [vector_helpers.NEXT, vector_helpers.SAME])
 def test_gymnasium_face_matches_sync(no_leaks, monkeypatch, pattern, mode):
     """ShmVectorEnv's dict-of-arrays infos (with ``_key`` masks, ``final_info``) equal SyncVectorEnv's."""
     fn = functools.partial(make_info_env, pattern)
-    monkeypatch.setitem(test_vector_env.ENVS, "infos", (fn, fn))
-    test_vector_env.run_both("infos", mode, n_envs=5, steps=30)
+    monkeypatch.setitem(vector_helpers.ENVS, "infos", (fn, fn))
+    vector_helpers.run_both("infos", mode, n_envs=5, steps=30)
 
 
 def test_restart_mode(no_leaks):

@@ -25,8 +25,8 @@ from stable_baselines3.common.vec_env import DummyVecEnv
 
 import shmvec
 from shmvec import ShmVecEnv, ShmVectorEnv, SpaceMismatchError
-from tests.test_vector_env import assert_value_equal
 from tests.vector_envs import ActionEchoEnv, ScalarLeavesEnv
+from tests.vector_helpers import assert_value_equal
 
 NEXT, SAME = AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP
 

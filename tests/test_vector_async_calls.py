@@ -19,7 +19,7 @@ from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
 
 from shmvec import NoPendingCallError, PendingCallError, ShmVectorEnv
 from tests.envs import FaultyEnv
-from tests.test_vector_env import assert_reset_equal, assert_step_equal
+from tests.vector_helpers import assert_reset_equal, assert_step_equal
 
 FNS = [functools.partial(FaultyEnv)] * 4
 

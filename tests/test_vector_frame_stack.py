@@ -19,7 +19,7 @@ from gymnasium.wrappers import FilterObservation
 
 import shmvec
 from shmvec.synthetic import SyntheticImageEnv
-from tests import test_vector_env as vector
+from tests import vector_helpers as vector
 from tests.envs import make_dict_env
 
 NEXT, SAME, DISABLED = vector.NEXT, vector.SAME, vector.DISABLED
