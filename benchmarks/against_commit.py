@@ -24,9 +24,10 @@ import time
 
 # pong-delta: Pong with codec="delta"; atari-policy: SB3's Atari recipe (PongNoFrameskip-v4,
 # frame_stack=4 in the workers) with PPO's CnnPolicy.predict in the loop; atari-pong,
-# atari-mspacman: the recipe with random actions; pong-pool: ShmVectorEnv's pool mode, 16 Pong envs
-# in batches of 8, random actions.
-WORKLOADS = ("pong", "synth512", "pong-delta", "atari-policy", "atari-pong", "atari-mspacman", "pong-pool")
+# atari-mspacman, atari-breakout: the recipe with random actions; pong-pool: ShmVectorEnv's pool
+# mode, 16 Pong envs in batches of 8, random actions.
+WORKLOADS = ("pong", "synth512", "pong-delta", "atari-policy", "pong-pool")
+WORKLOADS += ("atari-pong", "atari-mspacman", "atari-breakout")
 
 
 class _Timed:
@@ -141,7 +142,7 @@ def window(workload: str, seconds: float) -> dict[str, float | str]:
     from shmvec import ShmVecEnv
 
     if workload.startswith("atari-"):
-        game = {"atari-mspacman": "MsPacman"}.get(workload, "Pong")
+        game = {"atari-mspacman": "MsPacman", "atari-breakout": "Breakout"}.get(workload, "Pong")
         return recipe_window(seconds, game, policy=workload == "atari-policy")
     if workload == "pong-pool":
         return pool_window(seconds)

@@ -140,6 +140,8 @@ class StackedStep:
         self.stack, self.inner = stack, inner
         self.path = f"{inner.path}+frame-stack"
         self.sync = inner.sync
+        # The wrapper's reset over the inner native step's own, where it has one.
+        self.reset = self._reset if callable(getattr(inner, "reset", None)) else None
         self.interleave = None
         if stack.axis != 0 and sys.byteorder == "little":
             try:
@@ -148,6 +150,11 @@ class StackedStep:
                 self.interleave = interleave
             except ImportError:  # no numba: NumPy interleaves (the stack's own into())
                 pass
+
+    def _reset(self, **kwargs: Any) -> tuple[np.ndarray, dict]:
+        """:meth:`FrameStack.reset`, the env under the stack reset by its native step's ``reset``."""
+        obs, info = self.inner.reset(**kwargs)
+        return self.stack.reset(obs), info
 
     def step_into(self, action: Any, out: np.ndarray) -> tuple[Any, bool, bool, dict[str, Any]]:
         """Step the env under the stack natively and write the stack into ``out``."""

@@ -26,6 +26,11 @@ KNOWN = {
     "gymnasium.core.Wrapper.step": {"61caa1383e31c093"},
     "gymnasium.core.ObservationWrapper.step": {"6e3f8f66e60f1a5b"},
     "gymnasium.core.RewardWrapper.step": {"0fbec0944b8f32d9"},
+    # The resets a life-loss reset passes through (shmvec.atari.sb3.AtariStep.reset).
+    "gymnasium.core.Wrapper.reset": {"aec944ce8bf57cce"},
+    "gymnasium.core.ObservationWrapper.reset": {"3392dc14f648281a"},
+    "stable_baselines3.common.atari_wrappers.FireResetEnv.reset": {"d888b1617cae3145"},
+    "stable_baselines3.common.atari_wrappers.EpisodicLifeEnv.reset": {"3bd7de33421b4184"},
     "gymnasium.wrappers.common.TimeLimit.step": {"64e8faed8ba6b0fa"},
     "gymnasium.wrappers.common.OrderEnforcing.step": {"76a419da11853263"},
     "gymnasium.wrappers.common.PassiveEnvChecker.step": {"84d7bc73fb254409"},

@@ -11,9 +11,11 @@ palette indices (0.3 µs) of only the two frames ``MaxAndSkipEnv`` keeps, and th
 lives and ``ClipRewardEnv``'s sign at the end. The wrappers' own state is kept as they would keep it
 (the record's lists, queues and CSV rows, the lives, ``StickyActionEnv``'s action, ``TimeLimit``'s
 count); ``MaxAndSkipEnv``'s RGB frame buffer alone is kept as palette indices and written back
-before anything else touches the env (:meth:`AtariStep.sync`). Resets, a step the wrappers must
-check (the first two, ``OrderEnforcing``), and a game whose palette is not ALE's NTSC one go through
-the wrappers.
+before anything else touches the env (:meth:`AtariStep.sync`). The most frequent reset, a life lost
+while the game goes on (``EpisodicLifeEnv``: a no-op step, then ``FireResetEnv``'s two steps), is
+stepped the same way (:meth:`AtariStep.reset`); other resets, a step the wrappers must check (the
+first two, ``OrderEnforcing``), and a game whose palette is not ALE's NTSC one go through the
+wrappers.
 
 Recognised (outermost first; ``[...]`` may be absent), each class exactly (not a subclass), each
 method a native step restates with a source fingerprint it was checked against
@@ -72,6 +74,11 @@ CHAINS = {
     ),
 }
 _ATARI_INFO = ("lives", "episode_frame_number", "frame_number")
+# The wrappers whose reset a life-loss reset passes through, from the top down to EpisodicLifeEnv.
+_ABOVE_LIFE = (
+    "AtariWrapper", "ClipRewardEnv", "WarpFrame", "ResizeObservation", "GrayscaleObservation",
+    "FireResetEnv", "EpisodicLifeEnv",
+)  # fmt: skip
 
 
 def recognise(env: gym.Env) -> tuple[Any, str | None]:
@@ -162,8 +169,13 @@ class AtariStep:
         self.sticky = found.get("StickyActionEnv")
         self.max_skip = found.get("MaxAndSkipEnv")
         self.skip: int = 1 if self.max_skip is None else self.max_skip._skip
-        self.life = found.get("EpisodicLifeEnv")
+        self.life: Any = found.get("EpisodicLifeEnv")  # None without it: read where it is known present
+        self.fire = found.get("FireResetEnv")
         self.clip = "ClipRewardEnv" in found
+        # Life-loss resets natively: with EpisodicLifeEnv, when every reset above it is one KNOWN lists.
+        above = [found[name] for name in _ABOVE_LIFE if name in found]
+        self.resets = self.life is not None and unknown_code(above, ("reset",)) is None
+        self.reset_obs = np.zeros(self.observers[-1].observation_space.shape, np.uint8)
         self.rgb = palette.rgb_palette()
         self.idx = np.zeros((2, *stage.warp.screen), np.uint8)
         self.screens = list(self.idx)  # its two halves, as views made once
@@ -188,6 +200,14 @@ class AtariStep:
         """One agent step of the chain; the frame goes into ``out``."""
         if not self._ready():
             return self._through_wrappers(action, out)
+        total, terminated, truncated, info = self._skip(action)
+        if self.life is not None:
+            terminated = self._life(terminated, truncated)
+        self._frame(out)
+        return (_SIGN[(total > 0) - (total < 0)] if self.clip else total), terminated, truncated, info
+
+    def _skip(self, action: Any) -> tuple[float, bool, bool, dict[str, Any]]:
+        """``MaxAndSkipEnv.step`` and everything under it; its frames stay in ``self.idx``."""
         emu, screens, ale, frame = self.emu, self.screens, self.ale, self.emu.frame
         skip, record, sticky = self.skip, self.record, self.sticky
         info: dict[str, Any] | None = None
@@ -218,17 +238,65 @@ class AtariStep:
                 break
         if record is not None:
             record.frames(frames)
-        if info is None:
-            info = self.emu.info()
-        if self.life is not None:
-            life = self.life
-            life.was_real_done = terminated or truncated
-            lives = ale.lives()
-            if 0 < lives < life.lives:
-                terminated = True
-            life.lives = lives
-        self._frame(out)
-        return (_SIGN[(total > 0) - (total < 0)] if self.clip else total), terminated, truncated, info
+        return total, terminated, truncated, (self.emu.info() if info is None else info)
+
+    def _life(self, terminated: bool, truncated: bool) -> bool:
+        """What ``EpisodicLifeEnv.step`` makes of the flags under it: ``terminated``."""
+        life = self.life
+        life.was_real_done = terminated or truncated
+        lives = self.ale.lives()
+        if 0 < lives < life.lives:
+            terminated = True
+        life.lives = lives
+        return terminated
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict]:
+        """``env.reset(seed=seed, options=options)``. A life lost while the game goes on
+        (``EpisodicLifeEnv``'s reset: a no-op step, then ``FireResetEnv``'s two steps) is stepped
+        natively, the other resets go through the wrappers."""
+        life = self.life
+        natively = self.resets and not life.was_real_done and seed is None and options is None
+        if not natively or not self._ready():
+            self.sync()
+            return self.env.reset(seed=seed, options=options)
+        kwargs = {"seed": seed, "options": options}
+        if self.fire is None:
+            obs, info = self._life_reset(kwargs)
+            return self._observation(obs), info
+        # FireResetEnv.reset: the obs it returns is its second step's, taken before any reset after it.
+        self._life_reset(kwargs)
+        _, terminated, truncated, _ = self._skip(1)
+        if self._life(terminated, truncated) or truncated:
+            self._life_reset(kwargs)
+        _, terminated, truncated, _ = self._skip(2)
+        obs = self._observation(None)
+        if self._life(terminated, truncated) or truncated:
+            self._life_reset(kwargs)
+        return obs, {}
+
+    def _life_reset(self, kwargs: dict[str, Any]) -> tuple[np.ndarray | None, dict[str, Any]]:
+        """``EpisodicLifeEnv.reset(**kwargs)``: its obs (None: the frame in ``self.idx``) and info."""
+        life = self.life
+        if life.was_real_done:
+            self.sync()
+            return life.reset(**kwargs)
+        _, terminated, truncated, info = self._skip(0)
+        obs = None
+        if terminated or truncated:
+            self.sync()
+            obs, info = life.env.reset(**kwargs)
+        life.lives = self.ale.lives()
+        return obs, info
+
+    def _observation(self, obs: np.ndarray | None) -> np.ndarray:
+        """The observation wrappers' result for MaxAndSkipEnv's ``obs`` (None: the frame held in
+        ``self.idx``), in an array of this step's own (its value is copied by whoever takes it)."""
+        if obs is None:
+            self._frame(self.reset_obs)
+            return self.reset_obs
+        for observer in self.observers:
+            obs = observer.observation(obs)
+        return obs
 
     def _through_wrappers(self, action: Any, out: np.ndarray) -> StepInto:
         self.sync()

@@ -134,6 +134,13 @@ class EnvGroup:
         if native is not None:
             native.sync()
 
+    def _reset(self, i: int, **kwargs: Any) -> Any:
+        """``env.reset(**kwargs)`` of env ``i``, by its native step's ``reset`` where it has one
+        (a recognised chain restates its frequent resets: :mod:`shmvec.atari.sb3`)."""
+        self._sync(i)
+        reset = getattr(self.native[i], "reset", None)
+        return (reset or self.envs[i].reset)(**kwargs)
+
     def configure(self, msg: m.Configure) -> m.Returned:
         """Apply the options of ``msg`` that are set (see :class:`~shmvec.wire.messages.Configure`)."""
         if msg.spin_us is not None:
@@ -196,8 +203,7 @@ class EnvGroup:
                 # next_step mode: the episode ended in the last step; this step is its reset.
                 ended[i] = False
                 seed, self.next_seeds[i] = self.next_seeds[i], None
-                self._sync(i)
-                obs, info = check_reset(env.reset(seed=seed), self.first_env + i)
+                obs, info = check_reset(self._reset(i, seed=seed), self.first_env + i)
                 self._restart_codecs(i)
                 term = trunc = False
                 reward = 0.0
@@ -224,8 +230,7 @@ class EnvGroup:
                         # Leaves the ring would give back changed (an int as np.int64...) travel
                         # as the env returned them: the faces' final observation is the env's.
                         returned = leaves_as_returned(self.every, values, self.objects)
-                        self._sync(i)
-                        obs, reset_info = check_reset(env.reset(), self.first_env + i)
+                        obs, reset_info = check_reset(self._reset(i), self.first_env + i)
                         in_place = False
                         if returned:
                             reset_info = {**reset_info, AS_RETURNED: returned}
@@ -258,7 +263,7 @@ class EnvGroup:
         obs_slot = [a[msg.slot] for a in self.obs]
         infos: list[dict | None] = []
         objects: m.Objects | None = {} if self.objects else None
-        for i, env in enumerate(self.envs):
+        for i in range(len(self.envs)):
             if msg.mask is not None and not msg.mask[i]:
                 infos.append(None)
                 continue
@@ -266,8 +271,7 @@ class EnvGroup:
             self.ended[i], self.next_seeds[i] = False, None
             if self.rngs is not None:
                 self.rngs.enter(i)
-            self._sync(i)
-            obs, info = check_reset(env.reset(seed=msg.seeds[i], **msg.kwargs[i]), self.first_env + i)
+            obs, info = check_reset(self._reset(i, seed=msg.seeds[i], **msg.kwargs[i]), self.first_env + i)
             if self.rngs is not None:
                 self.rngs.leave(i)
             self._restart_codecs(i)
