@@ -90,25 +90,33 @@ def test_stepping_on_after_an_env_error(no_leaks, codec):
 # ---------------------------------------------------------------- faults: restart mode
 
 
+def _beside_reference(env, steps: int):
+    """Reset ``env`` (faulty_fns' 4 envs, restart mode) and a SyncVectorEnv without the fault
+    (seed 0), step both ``steps`` times, check that worker 0's envs (0 and 1) get exactly what the
+    reference gives, and yield ``(t, the previous obs, env's step)`` from t = 1."""
+    with closing(SyncVectorEnv(faulty_fns(None))) as ref:
+        obs, _ = env.reset(seed=0)
+        assert_obs_equal(obs, ref.reset(seed=0)[0])
+        for t in range(1, steps + 1):
+            prev = obs
+            result = env.step(ACTIONS)
+            want = ref.step(ACTIONS)
+            obs = result[0]
+            assert_obs_equal(obs[:2], want[0][:2], f"step {t}")
+            for got_k, want_k in zip(result[1:4], want[1:4]):  # rewards, terminations, truncations
+                np.testing.assert_array_equal(got_k[:2], want_k[:2])
+            yield t, prev, result
+
+
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("fault", ["kill", "segv", "raise", "hang"])
 def test_fault_in_step_restarts(no_leaks, fault):
     """NEXT_STEP: the rebuilt worker's envs end their episode by truncation, with the last observation
     the agent saw and reward 0; at the next step they start a new episode. The other worker's envs
     get exactly what a run without the fault gives them."""
-    ref = SyncVectorEnv(faulty_fns(None))
     env = make(faulty_fns(fault), on_crash="restart", timeout=1.0 if fault == "hang" else None)
-    with closing(env), closing(ref):
-        obs, _ = env.reset(seed=0)
-        assert_obs_equal(obs, ref.reset(seed=0)[0])
-        for t in range(1, 6):
-            prev = obs
-            obs, rewards, terminations, truncations, infos = env.step(ACTIONS)
-            r_obs, r_rewards, r_terminations, r_truncations, _ = ref.step(ACTIONS)
-            assert_obs_equal(obs[:2], r_obs[:2], f"step {t}")
-            np.testing.assert_array_equal(rewards[:2], r_rewards[:2])
-            np.testing.assert_array_equal(terminations[:2], r_terminations[:2])
-            np.testing.assert_array_equal(truncations[:2], r_truncations[:2])
+    with closing(env):
+        for t, prev, (obs, rewards, terminations, truncations, infos) in _beside_reference(env, 5):
             if t == 3:  # the victim fails at its third step
                 assert truncations[2:].all() and not terminations[2:].any()
                 assert_obs_equal(obs[2:], prev[2:], "last observation of the rebuilt envs")
@@ -151,17 +159,9 @@ def test_fault_in_step_restarts_same_step(no_leaks):
 def test_restart_with_codec(no_leaks, codec):
     """Restart mode and a codec together: the rebuilt envs end their episode with the last observation
     (decoded), and every env, the rebuilt ones' new episodes included, goes on decoding exactly."""
-    ref = SyncVectorEnv(faulty_fns(None))
     env = make(faulty_fns("kill"), on_crash="restart", codec=codec)
-    with closing(env), closing(ref):
-        obs, _ = env.reset(seed=0)
-        assert_obs_equal(obs, ref.reset(seed=0)[0])
-        for t in range(1, 9):
-            prev = obs
-            obs, rewards, terminations, truncations, infos = env.step(ACTIONS)
-            r_obs, r_rewards, *_ = ref.step(ACTIONS)
-            assert_obs_equal(obs[:2], r_obs[:2], f"step {t}")
-            np.testing.assert_array_equal(rewards[:2], r_rewards[:2])
+    with closing(env):
+        for t, prev, (obs, _, _, truncations, infos) in _beside_reference(env, 8):
             if t == 3:
                 assert truncations[2:].all()
                 assert_obs_equal(obs[2:], prev[2:], "last observation of the rebuilt envs")
