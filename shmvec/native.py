@@ -5,7 +5,8 @@ returned observation into the ring. An env (or a wrapper chain the worker recogn
 Atari recipe: :mod:`shmvec.atari.sb3`) that implements :class:`NativeEnv` is instead called as
 ``env.step_into(action, out)``: it writes its observation into ``out``, its row of the ring slot of
 this step, and returns the rest of what ``step`` returns. An env written with numba or in C then
-costs no copy and no Python per frame. Resets still go through ``env.reset()``.
+costs no copy and no Python per frame. Resets still go through ``env.reset()`` (SB3's Atari recipe
+alone restates its frequent life-loss resets: :meth:`shmvec.atari.sb3.AtariStep.reset`).
 
 The protocol, for your own env (no base class needed; the worker looks for the method)::
 
