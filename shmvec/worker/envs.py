@@ -136,10 +136,13 @@ class EnvGroup:
 
     def _reset(self, i: int, **kwargs: Any) -> Any:
         """``env.reset(**kwargs)`` of env ``i``, by its native step's ``reset`` where it has one
-        (a recognised chain restates its frequent resets: :mod:`shmvec.atari.sb3`)."""
-        self._sync(i)
+        (a recognised chain restates its frequent resets: :mod:`shmvec.atari.sb3`; it syncs
+        itself before any call into the wrappers)."""
         reset = getattr(self.native[i], "reset", None)
-        return (reset or self.envs[i].reset)(**kwargs)
+        if reset is None:
+            self._sync(i)
+            reset = self.envs[i].reset
+        return reset(**kwargs)
 
     def configure(self, msg: m.Configure) -> m.Returned:
         """Apply the options of ``msg`` that are set (see :class:`~shmvec.wire.messages.Configure`)."""
