@@ -294,9 +294,13 @@ class AtariStep:
         if obs is None:
             self._frame(self.reset_obs)
             return self.reset_obs
+        return self._observe(obs)
+
+    def _observe(self, frame: np.ndarray) -> Any:
+        """The observation wrappers' own code on MaxAndSkipEnv's RGB ``frame``."""
         for observer in self.observers:
-            obs = observer.observation(obs)
-        return obs
+            frame = observer.observation(frame)
+        return frame
 
     def _through_wrappers(self, action: Any, out: np.ndarray) -> StepInto:
         self.sync()
@@ -314,10 +318,7 @@ class AtariStep:
             # An episode ended before the step's second-last frame and a frame the max needs came
             # from the wrappers (a reset's steps): the wrappers' own code on their own buffer.
             self.sync()
-            frame = self.max_skip._obs_buffer.max(axis=0)
-            for observer in self.observers:
-                frame = observer.observation(frame)
-            out[...] = frame
+            out[...] = self._observe(self.max_skip._obs_buffer.max(axis=0))
 
     def sync(self) -> None:
         """Write MaxAndSkipEnv's frames held as indices back into its RGB buffer (before anything
