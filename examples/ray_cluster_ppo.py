@@ -11,10 +11,11 @@ and infos with them in the same Ray call. The policy and the PPO update stay in 
 ``--address`` a local Ray is started, listening on 127.0.0.1 only, and shut down at the end, so this
 also runs on one machine.
 SB3's ``make_atari_env`` factories import SB3 (and torch) in each actor: a few seconds per actor.
+Actors never import this script; each imports the packages that registered this process's envs
+(``ale_py`` here, imported and registered below) before it makes its envs.
 """
 
 import argparse
-import functools
 
 import ale_py
 import gymnasium as gym
@@ -29,15 +30,6 @@ try:
     import ray
 except ModuleNotFoundError:
     raise SystemExit(f"this example needs Ray: {install_hint('ray')}") from None
-
-
-def make_game(env_id: str, **kwargs: object) -> gym.Env:
-    """One Atari env. The actors never import this script's module, so whatever registers the env
-    (``ale_py`` here) is imported by the factory itself; cloudpickle sends this function by value."""
-    import ale_py
-
-    gym.register_envs(ale_py)
-    return gym.make(env_id, **kwargs)
 
 
 def main() -> None:
@@ -58,7 +50,7 @@ def main() -> None:
     ray_options = {"num_cpus": args.num_cpus}
     gym.register_envs(ale_py)
     venv = make_atari_env(
-        functools.partial(make_game, args.env),
+        args.env,
         n_envs=args.n_envs,
         seed=args.seed,
         vec_env_cls=ShmVecEnv,

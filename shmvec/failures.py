@@ -121,8 +121,9 @@ def missing_env_hint(exc_type: str, message: str) -> str | None:
         return f"hint: ALE's games come with ale-py: {install_hint('atari')}, or pip install ale-py"
     return (
         "hint: ALE's games are registered by ale-py, which is installed but was not imported where the "
-        'env is made. Add these lines before gym.make (inside the factory with backend="ray", whose '
-        "actors never import your script):\n    import ale_py\n    gym.register_envs(ale_py)"
+        "env is made. Add these lines before gym.make (in your script: the workers, and Ray's actors, "
+        "import the packages that registered your envs there):\n"
+        "    import ale_py\n    gym.register_envs(ale_py)"
     )
 
 

@@ -41,7 +41,7 @@ def _recipe_ids() -> dict[str, str]:
         text = path.read_text()
         for i, env_id in enumerate(re.findall(r'make_atari_env\(\s*"([^"]+)"', text)):
             found[f"{path.relative_to(ROOT)}:{i}"] = env_id
-        if re.search(r"make_atari_env\(\s*(functools\.partial\(make_game, )?args\.env", text):
+        if re.search(r"make_atari_env\(\s*args\.env", text):
             default = re.search(r'"--env", default="([^"]+)"', text)
             assert default, f"{path.name}: make_atari_env(args.env) without an --env default"
             found[f"{path.relative_to(ROOT)}:--env"] = default.group(1)

@@ -398,3 +398,32 @@ def test_native_atari_step_matches_dummy(leaks, tmp_path):
     env_fn = functools.partial(registered, "BreakoutNoFrameskip-v4")
     ends = run_sb3(env_fn, tmp_path, n_envs=2, steps=300, backend="ray", n_workers=2)
     assert ends["life lost"] >= 1, ends
+
+
+def test_make_atari_env_one_liner_works_without_registering_in_the_factory(leaks, monkeypatch):
+    """SB3's ``make_atari_env`` factories call ``gym.make`` without importing ale-py, and actors never
+    import the driver's script: each actor first imports the packages that registered the driver's
+    envs, so the one-line form runs in Ray actors and equals DummyVecEnv. Negative control: with
+    that list empty the actors cannot find the game, and the error says how to register it."""
+    import ale_py
+    from stable_baselines3.common.env_util import make_atari_env
+
+    import shmvec.transports.ray.transport as ray_transport
+
+    gym.register_envs(ale_py)
+    make = functools.partial(make_atari_env, "PongNoFrameskip-v4", n_envs=2, seed=3)
+    venv = make(vec_env_cls=ShmVecEnv, vec_env_kwargs={"backend": "ray", "n_workers": 2})
+    want = make(vec_env_cls=DummyVecEnv)
+    try:
+        assert "ale_py" in ray_transport.env_packages()
+        assert_obs_equal(venv.reset(), want.reset())
+        rng = np.random.default_rng(0)
+        for t in range(60):
+            actions = sample_actions(venv.action_space, 2, rng)
+            assert_step_equal(venv.step(actions), want.step(actions), t)
+    finally:
+        venv.close()
+        want.close()
+    monkeypatch.setattr(ray_transport, "env_packages", lambda: ())
+    with pytest.raises(Exception, match=r"gym\.register_envs\(ale_py\)"):
+        make(vec_env_cls=ShmVecEnv, vec_env_kwargs={"backend": "ray", "n_workers": 2})

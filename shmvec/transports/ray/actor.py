@@ -9,13 +9,22 @@ returns the pickled reply and, for a step or reset, the packed batch
 
 Ray imports this module in the actor's process: it imports Ray only inside methods, and neither
 SB3 nor torch.
+
+An actor never imports the driver's main script, where packages such as ale-py register their envs
+with Gymnasium on import; a factory that calls ``gym.make("PongNoFrameskip-v4")`` without importing
+them, as SB3's ``make_atari_env`` makes them, would find no such env there. So the driver lists the
+packages it imported that registered envs (:func:`env_packages`) and each actor imports them before
+it makes its envs.
 """
 
 from __future__ import annotations
 
 import functools
+import importlib
 import os
 import pickle
+import sys
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -28,6 +37,29 @@ from shmvec.worker.envs import answer, handlers, start_group
 from shmvec.worker.process import limit_threads, quiet_ale_banner
 
 
+def env_packages() -> tuple[str, ...]:
+    """The top-level packages imported in this process whose code Gymnasium's registry names as an
+    env's entry point (``ale_py`` for ``ale_py.env:AtariEnv``): importing them registers their envs."""
+    import gymnasium as gym
+
+    names = set()
+    for spec in gym.registry.values():
+        if isinstance(spec.entry_point, str):
+            names.add(spec.entry_point.split(":")[0].split(".")[0])
+    names -= {"gymnasium", "__main__"}
+    return tuple(sorted(name for name in names if name in sys.modules))
+
+
+def import_packages(names: Sequence[str]) -> None:
+    """Import ``names`` (see :func:`env_packages`). One that fails to import is left out: a factory
+    that needs it then fails as it would have, with its own error and the hint shmvec adds to it."""
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001, S110 - see the docstring
+            pass
+
+
 class RayWorker:
     """One worker's envs in a Ray actor (wrapped with ``ray.remote`` by the main process).
 
@@ -35,11 +67,21 @@ class RayWorker:
     :param first_env: global index of its first env.
     :param n_threads: BLAS/OpenMP threads allowed in the actor (None: leave as is).
     :param isolate_rng: give each env its own process-global RNG state.
+    :param packages: packages to import first, those that register the driver's envs
+        (:func:`env_packages`).
     """
 
-    def __init__(self, env_fns: bytes, first_env: int, n_threads: int | None, isolate_rng: bool) -> None:
+    def __init__(
+        self,
+        env_fns: bytes,
+        first_env: int,
+        n_threads: int | None,
+        isolate_rng: bool,
+        packages: Sequence[str] = (),
+    ) -> None:
         quiet_ale_banner()  # as in a local worker: one banner per actor, relayed by Ray, buried the output
         limit_threads(n_threads)
+        import_packages(packages)
         self.pid = os.getpid()
         self.first_env = first_env
         self.group, self.started = start_group(env_fns, first_env, isolate_rng, self.pid)

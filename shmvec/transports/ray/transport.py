@@ -42,7 +42,7 @@ except ImportError as exc:  # pragma: no cover - depends on what is installed
 from shmvec.errors import WorkerCrashedError
 from shmvec.failures import timeout_error, worker_label
 from shmvec.transports.base import Fault, Outcome, pickle_factories
-from shmvec.transports.ray.actor import RayWorker
+from shmvec.transports.ray.actor import RayWorker, env_packages
 from shmvec.transports.ray.connection import connect, disconnect
 from shmvec.transports.ray.placement import Placement, placement_for
 from shmvec.transports.ray.wire import unpack
@@ -146,6 +146,7 @@ class RayTransport:
             pickle_factories([env_fns[i] for i in g], g.start, 'backend="ray"') for g in worker_envs
         ]
         self.actor_options = {**_DEFAULT_OPTIONS, **(ray_options or {})}
+        self.packages = env_packages()  # what registered the envs here, for the actors to import
         self.res = RayResources(connect())
         self.res.placement = placement_for(self.actor_options, len(worker_envs))
         self.actor_class = ray.remote(RayWorker)
@@ -197,7 +198,7 @@ class RayTransport:
         for w, options in zip(workers, extra):
             g = self.worker_envs[w]
             actor: Any = self.actor_class.options(**{**self.actor_options, **options}).remote(
-                self.worker_fns[w], g.start, self.worker_threads, self.isolate_rng
+                self.worker_fns[w], g.start, self.worker_threads, self.isolate_rng, self.packages
             )
             if w < len(self.res.actors):
                 self.res.actors[w] = actor
