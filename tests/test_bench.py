@@ -327,3 +327,24 @@ def test_wake_cost_splits_a_workers_cpu_from_its_envs():
     assert worker["env_steps_per_s"] > 0
     shares = ("user_pct", "system_pct", "idle_pct", "steal_pct")
     assert abs(sum(worker[k] for k in shares) - 100) < 1e-6
+
+
+def test_ale_frame_loop_compiled_steps_as_python_and_a_changed_loop_is_caught(monkeypatch):
+    """benchmarks/ale_frame_loop.py compares a compiled frame loop with the Python one only after
+    checking that both step alike; a Python loop that skips a frame's screen must be caught."""
+    pytest.importorskip("ale_py", reason="needs the atari extra")
+    frame_loop = _load_benchmark_script("ale_frame_loop")
+    assert frame_loop.check("BreakoutNoFrameskip-v4", 300) is None
+    real = frame_loop.python_step
+
+    def skips_a_screen(ale, action, screens, out):
+        real(ale, action, screens, out)
+        screens[0] = 0
+
+    monkeypatch.setattr(frame_loop, "python_step", skips_a_screen)
+    assert "screens" in frame_loop.check("BreakoutNoFrameskip-v4", 300)
+    monkeypatch.setattr(frame_loop, "python_step", real)
+    result = frame_loop.measure("BreakoutNoFrameskip-v4", rounds=1, seconds=0.05)
+    assert result["floor_us"] > 0 and set(result) == {"floor_us", "python", "compiled"}
+    timing = frame_loop.threads("BreakoutNoFrameskip-v4", 200)
+    assert timing["serial_s"] > 0 and timing["threads_s"] > 0
