@@ -50,6 +50,14 @@ def sample_actions(space, n: int, rng: np.random.Generator) -> Any:
     return sample_batch(space, n)
 
 
+def assert_steps_equal(got: Any, want: Any, steps: int, rng: np.random.Generator, first: int = 0) -> None:
+    """Step two SB3 VecEnvs ``steps`` times with the same random actions (:func:`sample_actions`)
+    and check each step's results are equal; ``first`` numbers the steps in the messages."""
+    for t in range(first, first + steps):
+        actions = sample_actions(got.action_space, got.num_envs, rng)
+        assert_step_equal(got.step(actions), want.step(actions), t)
+
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

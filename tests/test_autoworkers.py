@@ -16,7 +16,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv
 import shmvec
 from shmvec.engine import autoworkers
 from shmvec.synthetic import SyntheticImageEnv
-from tests.helpers import assert_obs_equal, assert_step_equal, sample_actions
+from tests.helpers import assert_obs_equal, assert_steps_equal
 
 CPUS = 2
 # Sleeps 5-10 ms a step (a simulator behind a socket) vs computes 10 ms a step (a busy loop).
@@ -50,9 +50,7 @@ def _compare_with_dummy(env: shmvec.ShmVecEnv, fn, n_envs: int, steps: int = 20)
         ref.seed(4)
         assert_obs_equal(env.reset(), ref.reset(), "reset obs")
         rng = np.random.default_rng(4)
-        for t in range(steps):
-            actions = sample_actions(env.action_space, n_envs, rng)
-            assert_step_equal(env.step(actions), ref.step(actions), t)
+        assert_steps_equal(env, ref, steps, rng)
     finally:
         ref.close()
 

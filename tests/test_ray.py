@@ -31,7 +31,7 @@ from shmvec import CodecMismatchError, EnvTimeoutError, ShmVecEnv, ShmVectorEnv,
 from shmvec.restart import RESTARTED_KEY  # noqa: E402
 from tests.conftest import shm_segments  # noqa: E402
 from tests.envs import DictImageEnv, SlowStepEnv, make_dict_env  # noqa: E402
-from tests.helpers import assert_obs_equal, assert_step_equal, sample_actions  # noqa: E402
+from tests.helpers import assert_obs_equal, assert_steps_equal, sample_actions  # noqa: E402
 from tests.object_envs import make_object_env  # noqa: E402
 from tests.test_pool import FAULTY, check_trajectories, run_pool  # noqa: E402
 from tests.vector_helpers import SAME, run_both  # noqa: E402
@@ -91,9 +91,7 @@ def test_same_as_dummy_vec_env(leaks, codec):
         assert_obs_equal(venv.reset(), want.reset())
         assert venv.reset_infos == want.reset_infos
         rng = np.random.default_rng(0)
-        for t in range(40):
-            actions = sample_actions(venv.action_space, 5, rng)
-            assert_step_equal(venv.step(actions), want.step(actions), t)
+        assert_steps_equal(venv, want, 40, rng)
         assert venv.get_attr("size", indices=[1, -1]) == [32, 32]
         venv.set_attr("max_len", 3, indices=4)
         want.set_attr("max_len", 3, indices=4)
@@ -103,9 +101,7 @@ def test_same_as_dummy_vec_env(leaks, codec):
         assert venv.env_is_wrapped(gym.wrappers.TimeLimit) == want.env_is_wrapped(gym.wrappers.TimeLimit)
         for a, b in zip(venv.get_images(), want.get_images()):
             assert_obs_equal(a, b, "render")
-        for t in range(40, 60):
-            actions = sample_actions(venv.action_space, 5, rng)
-            assert_step_equal(venv.step(actions), want.step(actions), t)
+        assert_steps_equal(venv, want, 20, rng, first=40)
     finally:
         venv.close()
         want.close()
@@ -418,9 +414,7 @@ def test_make_atari_env_one_liner_works_without_registering_in_the_factory(leaks
         assert "ale_py" in ray_transport.env_packages()
         assert_obs_equal(venv.reset(), want.reset())
         rng = np.random.default_rng(0)
-        for t in range(60):
-            actions = sample_actions(venv.action_space, 2, rng)
-            assert_step_equal(venv.step(actions), want.step(actions), t)
+        assert_steps_equal(venv, want, 60, rng)
     finally:
         venv.close()
         want.close()

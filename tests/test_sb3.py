@@ -24,7 +24,7 @@ from stable_baselines3.common.vec_env import (
 from shmvec import ShmVecEnv
 from shmvec.synthetic import SyntheticImageEnv
 from tests.envs import DictImageEnv, GoalEnv, TinyImageEnv
-from tests.helpers import assert_step_equal, require, sample_actions
+from tests.helpers import assert_step_equal, assert_steps_equal, require
 from tests.training import ALGOS, assert_same_parameters, assert_trains_as_dummy, parameters
 
 FORK = functools.partial(ShmVecEnv, start_method="fork")
@@ -47,9 +47,7 @@ def test_under_vec_wrappers(no_leaks, wrapper):
     rng = np.random.default_rng(0)
     try:
         assert_step_equal((env.reset(), 0, 0, []), (ref.reset(), 0, 0, []), -1)
-        for t in range(40):
-            actions = sample_actions(env.action_space, 3, rng)
-            assert_step_equal(env.step(actions), ref.step(actions), t)
+        assert_steps_equal(env, ref, 40, rng)
     finally:
         env.close()
         ref.close()
@@ -211,9 +209,7 @@ def test_make_atari_env(no_leaks):
     rng = np.random.default_rng(0)
     try:
         assert_step_equal((env.reset(), 0, 0, []), (ref.reset(), 0, 0, []), -1)
-        for t in range(50):
-            actions = sample_actions(env.action_space, 2, rng)
-            assert_step_equal(env.step(actions), ref.step(actions), t)
+        assert_steps_equal(env, ref, 50, rng)
     finally:
         env.close()
         ref.close()
