@@ -10,8 +10,8 @@ the installed version (the PyPI sdist has no tests), e.g.::
     flock /tmp/shmvec-cpu.lock python benchmarks/gymnasium_suite.py /tmp/gymnasium-src
     python benchmarks/gymnasium_suite.py /tmp/gymnasium-src --unmodified   # the reference counts
 
-Only the checkout's ``tests/`` is used (through a link in a temporary directory); ``gymnasium`` itself is the installed one (the one shmvec
-runs on). Before collection the script replaces ``gymnasium.vector.AsyncVectorEnv`` (and so
+Only the checkout's ``tests/`` is used (see ``benchmarks/suites.py``); ``gymnasium`` itself is the
+installed one (the one shmvec runs on). Before collection the script replaces ``gymnasium.vector.AsyncVectorEnv`` (and so
 ``gymnasium.make_vec(..., vectorization_mode="async")``) with :class:`AsyncVectorEnvOnShm`, which
 translates AsyncVectorEnv's constructor arguments to ShmVectorEnv's. It prints pytest's summary and
 the failed and errored test ids (``--json FILE`` writes every test's outcome, to compare two runs).
@@ -22,18 +22,14 @@ Extra arguments go to pytest (e.g. ``-k autoreset``, ``-x``).
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import shutil
 import sys
-import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
-import pytest
 from gymnasium.vector import AutoresetMode
+from suites import run
 
 from shmvec import ShmVectorEnv
 
@@ -82,20 +78,6 @@ class AsyncVectorEnvOnShm(ShmVectorEnv):
         self.shared_memory, self.context, self.daemon = shared_memory, context, daemon
 
 
-class Outcomes:
-    """Pytest plugin: the outcome of every test (its call phase, or the phase that failed first)."""
-
-    def __init__(self) -> None:
-        self.by_test: dict[str, str] = {}
-
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        if report.failed:
-            outcome = "failed" if report.when == "call" else "error"
-            self.by_test.setdefault(report.nodeid, outcome)
-        elif report.skipped or report.when == "call":
-            self.by_test.setdefault(report.nodeid, report.outcome)
-
-
 def substitute() -> None:
     """``gymnasium.vector.AsyncVectorEnv`` becomes :class:`AsyncVectorEnvOnShm`, where test modules
     (``from gymnasium.vector import AsyncVectorEnv``) and ``gymnasium.make_vec`` look it up."""
@@ -116,42 +98,10 @@ def main(argv: list[str] | None = None) -> int:
     out = args.json.resolve() if args.json else None
     if not (src / "tests" / "vector").is_dir():
         parser.error(f"{src} has no tests/vector: pass the root of a Gymnasium checkout")
-    # Worker processes unpickle env factories defined in Gymnasium's test modules, so they import
-    # `tests.*` (forkserver and spawn workers read PYTHONPATH, not our sys.path): from a directory
-    # that holds only a link to the checkout's tests, or the checkout's own `gymnasium` package
-    # would shadow the installed one in the workers.
-    root = Path(tempfile.mkdtemp(prefix="gymnasium-tests-"))
-    (root / "tests").symlink_to(src / "tests")
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))
     if not args.unmodified:
         substitute()
-    outcomes = Outcomes()
-    os.chdir(root)
-    code = pytest.main(
-        [
-            "tests/vector",
-            "--rootdir",
-            str(root),
-            "-c",
-            str(src / "pyproject.toml"),
-            "-p",
-            "no:cacheprovider",
-            "-q",
-            "--timeout",
-            "120",
-            *pytest_args,
-        ],
-        plugins=[outcomes],
-    )
-    not_passed = {t: o for t, o in outcomes.by_test.items() if o in ("failed", "error")}
-    for test, outcome in sorted(not_passed.items()):
-        print(f"  {outcome}: {test}")
-    counts = {o: list(outcomes.by_test.values()).count(o) for o in ("passed", "failed", "error", "skipped")}
-    print(("AsyncVectorEnv" if args.unmodified else "ShmVectorEnv as AsyncVectorEnv") + ":", counts)
-    if out:
-        out.write_text(json.dumps(outcomes.by_test, indent=1, sort_keys=True))
-    shutil.rmtree(root)
-    return int(code)
+    label = "AsyncVectorEnv" if args.unmodified else "ShmVectorEnv as AsyncVectorEnv"
+    return run(src, ["tests/vector"], label, pytest_args, out)
 
 
 if __name__ == "__main__":

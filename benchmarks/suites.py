@@ -1,0 +1,62 @@
+"""Running another project's own tests against shmvec (``gymnasium_suite.py``, ``sb3_suite.py``).
+
+The checkout's ``tests/`` is linked into a temporary directory that becomes the working directory
+and goes on ``PYTHONPATH``: worker processes unpickle env factories defined in the test modules, so
+they import ``tests.*`` (forkserver and spawn workers read ``PYTHONPATH``, not our ``sys.path``), and
+a directory holding only that link keeps the checkout's own package from shadowing the installed
+one, which is what shmvec runs on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+
+class Outcomes:
+    """Pytest plugin: the outcome of every test (its call phase, or the phase that failed first)."""
+
+    def __init__(self) -> None:
+        self.by_test: dict[str, str] = {}
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.failed:
+            outcome = "failed" if report.when == "call" else "error"
+            self.by_test.setdefault(report.nodeid, outcome)
+        elif report.skipped or report.when == "call":
+            self.by_test.setdefault(report.nodeid, report.outcome)
+
+
+def run(src: Path, paths: Sequence[str], label: str, pytest_args: Sequence[str], out: Path | None) -> int:
+    """Run ``paths`` (under the checkout ``src``'s ``tests/``) with pytest and the checkout's
+    configuration; print the failed and errored test ids and the counts under ``label``; write
+    ``{test id: outcome}`` to ``out`` if given. Returns pytest's exit code."""
+    root = Path(tempfile.mkdtemp(prefix="suite-tests-"))
+    (root / "tests").symlink_to(src / "tests")
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))
+    outcomes = Outcomes()
+    here = Path.cwd()
+    os.chdir(root)
+    try:
+        code = pytest.main(
+            [*paths, "--rootdir", str(root), "-c", str(src / "pyproject.toml"), "-p", "no:cacheprovider", "-q",
+             "--timeout", "120", *pytest_args],
+            plugins=[outcomes],
+        )  # fmt: skip
+    finally:
+        os.chdir(here)
+        shutil.rmtree(root)
+    not_passed = {t: o for t, o in outcomes.by_test.items() if o in ("failed", "error")}
+    for test, outcome in sorted(not_passed.items()):
+        print(f"  {outcome}: {test}")
+    counts = {o: list(outcomes.by_test.values()).count(o) for o in ("passed", "failed", "error", "skipped")}
+    print(f"{label}: {counts}")
+    if out:
+        out.write_text(json.dumps(outcomes.by_test, indent=1, sort_keys=True))
+    return int(code)
