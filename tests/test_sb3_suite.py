@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests.helpers import run_python
 
 SCRIPT = """
@@ -33,6 +35,7 @@ if __name__ == "__main__":
 """
 
 
+@pytest.mark.sb3  # its subprocess imports SB3
 def test_make_vec_env_builds_shmvec_in_subprocvecenvs_place():
     proc = run_python("-c", SCRIPT)
     assert proc.returncode == 0, proc.stderr
