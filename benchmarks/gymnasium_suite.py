@@ -21,15 +21,13 @@ Extra arguments go to pytest (e.g. ``-k autoreset``, ``-x``).
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
+import suites
 from gymnasium.vector import AutoresetMode
-from suites import run
 
 from shmvec import ShmVectorEnv
 
@@ -87,21 +85,10 @@ def substitute() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("gymnasium_src", type=Path, help="a checkout of Gymnasium's repository")
-    parser.add_argument("--unmodified", action="store_true", help="run with Gymnasium's own AsyncVectorEnv")
-    parser.add_argument("--json", type=Path, help="write {test id: outcome} here")
-    args, pytest_args = parser.parse_known_args(argv)
-    src = args.gymnasium_src.resolve()
-    out = args.json.resolve() if args.json else None
-    if not (src / "tests" / "vector").is_dir():
-        parser.error(f"{src} has no tests/vector: pass the root of a Gymnasium checkout")
-    if not args.unmodified:
-        substitute()
-    label = "AsyncVectorEnv" if args.unmodified else "ShmVectorEnv as AsyncVectorEnv"
-    return run(src, ["tests/vector"], label, pytest_args, out)
+    return suites.main(
+        argv, __doc__, "a checkout of Gymnasium's repository", ["tests/vector"], substitute,
+        ("AsyncVectorEnv", "ShmVectorEnv as AsyncVectorEnv"),
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

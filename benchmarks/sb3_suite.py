@@ -18,16 +18,14 @@ writes every test's outcome). Extra arguments go to pytest (e.g. ``-k start_meth
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
 import gymnasium as gym
 import stable_baselines3.common.env_util as env_util
 import stable_baselines3.common.vec_env as vec_env
 import stable_baselines3.common.vec_env.subproc_vec_env as subproc_vec_env
-from suites import run
+import suites
 
 from shmvec import ShmVecEnv
 
@@ -54,21 +52,10 @@ def substitute() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("sb3_src", type=Path, help="SB3's unpacked source distribution (or a checkout)")
-    parser.add_argument("--unmodified", action="store_true", help="run with SB3's own SubprocVecEnv")
-    parser.add_argument("--json", type=Path, help="write {test id: outcome} here")
-    args, pytest_args = parser.parse_known_args(argv)
-    src = args.sb3_src.resolve()
-    missing = [m for m in MODULES if not (src / m).is_file()]
-    if missing:
-        parser.error(f"{src} lacks {', '.join(missing)}: pass the root of SB3's source distribution")
-    if not args.unmodified:
-        substitute()
-    label = "SubprocVecEnv" if args.unmodified else "ShmVecEnv as SubprocVecEnv"
-    return run(src, MODULES, label, pytest_args, args.json.resolve() if args.json else None)
+    return suites.main(
+        argv, __doc__, "SB3's unpacked source distribution (or a checkout)", MODULES, substitute,
+        ("SubprocVecEnv", "ShmVecEnv as SubprocVecEnv"),
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -9,11 +9,12 @@ one, which is what shmvec runs on.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -60,3 +61,34 @@ def run(src: Path, paths: Sequence[str], label: str, pytest_args: Sequence[str],
     if out:
         out.write_text(json.dumps(outcomes.by_test, indent=1, sort_keys=True))
     return int(code)
+
+
+def main(
+    argv: list[str] | None,
+    doc: str,
+    source: str,
+    paths: Sequence[str],
+    substitute: Callable[[], None],
+    labels: tuple[str, str],
+) -> int:
+    """A suite script's command line: ``SRC [--unmodified] [--json FILE] [pytest args]``.
+
+    :param doc: the script's docstring (its help).
+    :param source: what SRC is, for the help and the error when ``paths`` are missing there.
+    :param paths: the tests to run, relative to SRC.
+    :param substitute: puts shmvec in the peer's place (skipped with ``--unmodified``).
+    :param labels: the summary's label unmodified, and with shmvec.
+    """
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("src", type=Path, help=source)
+    parser.add_argument("--unmodified", action="store_true", help=f"run with {labels[0]} itself")
+    parser.add_argument("--json", type=Path, help="write {test id: outcome} here")
+    args, pytest_args = parser.parse_known_args(argv)
+    src = args.src.resolve()
+    missing = [p for p in paths if not (src / p).exists()]
+    if missing:
+        parser.error(f"{src} lacks {', '.join(missing)}: pass the root of {source}")
+    if not args.unmodified:
+        substitute()
+    label = labels[0] if args.unmodified else labels[1]
+    return run(src, paths, label, pytest_args, args.json.resolve() if args.json else None)
