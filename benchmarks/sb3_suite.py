@@ -13,7 +13,7 @@ the installed one. Before collection the script replaces ``SubprocVecEnv`` where
 ``make_vec_env`` look it up with :class:`SubprocVecEnvOnShm`, a ShmVecEnv built from
 SubprocVecEnv's constructor arguments. It runs the test modules that use ``SubprocVecEnv``
 (:data:`MODULES`) and prints pytest's summary and the failed and errored test ids (``--json FILE``
-writes every test's outcome). Extra arguments go to pytest (e.g. ``-k start_methods``, ``-x``).
+writes every test's outcome). Extra arguments go to pytest (e.g. ``-k start_method``, ``-x``).
 """
 
 from __future__ import annotations
