@@ -2,6 +2,7 @@
 
     git worktree add /tmp/old 45780b7
     python benchmarks/against_commit.py --old /tmp/old
+    python benchmarks/against_commit.py --old /tmp/old --workloads pong --peers subproc,dummy
 
 Each window runs in a fresh interpreter: ``PYTHONPATH=<old>`` makes it import the old ``shmvec``
 (PYTHONPATH comes before the editable install), no PYTHONPATH the current one. Per workload (ALE
@@ -9,7 +10,8 @@ Pong raw frames; synthetic 512x512x3 frames at 0 ms per step), n_envs=8, fork, r
 env steps/s of every round, the main process's CPU per batch step and the CPU per env step of the
 whole process tree (main process and workers: what the machine pays, which foreign load on a shared
 machine barely moves, unlike env steps/s); then the ratios of medians and the median of the
-round-by-round ratios.
+round-by-round ratios. ``--peers``: SB3's ``SubprocVecEnv`` / ``DummyVecEnv`` over the same
+factories, in the same rounds (``pong`` and ``synth512`` only), and the new tree's ratios to them.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ import time
 # mode, 16 Pong envs in batches of 8, random actions.
 WORKLOADS = ("pong", "synth512", "pong-delta", "atari-policy", "pong-pool")
 WORKLOADS += ("atari-pong", "atari-mspacman", "atari-breakout")
+# SB3's VecEnvs a --peers window builds in ShmVecEnv's place (workloads pong and synth512).
+PEERS = ("subproc", "dummy")
 
 
 class _Timed:
@@ -132,8 +136,9 @@ def pool_window(seconds: float) -> dict[str, float | str]:
     return {"shmvec": shmvec.__file__, **result}
 
 
-def window(workload: str, seconds: float) -> dict[str, float | str]:
-    """One measuring window in this interpreter (whichever ``shmvec`` it imports)."""
+def window(workload: str, seconds: float, peer: str | None = None) -> dict[str, float | str]:
+    """One measuring window in this interpreter (whichever ``shmvec`` it imports); ``peer``: one of
+    :data:`PEERS` in ShmVecEnv's place."""
     import functools
 
     import numpy as np
@@ -157,7 +162,15 @@ def window(workload: str, seconds: float) -> dict[str, float | str]:
 
         fn = functools.partial(SyntheticImageEnv, (512, 512, 3), work_s=0.0)
     codec = "delta" if workload == "pong-delta" else None
-    venv = ShmVecEnv([fn] * 8, start_method="fork", codec=codec)
+    if peer is not None:
+        from stable_baselines3.common import vec_env
+
+        if peer == "subproc":
+            venv = vec_env.SubprocVecEnv([fn] * 8, start_method="fork")
+        else:
+            venv = vec_env.DummyVecEnv([fn] * 8)
+    else:
+        venv = ShmVecEnv([fn] * 8, start_method="fork", codec=codec)
     try:
         venv.seed(0)
         venv.reset()
@@ -184,41 +197,51 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--seconds", type=float, default=3.0, help="measured seconds per window")
     parser.add_argument("--workloads", nargs="+", choices=WORKLOADS, default=["pong", "synth512"])
+    parser.add_argument(
+        "--peers", default="", help=f"comma-separated, of {', '.join(PEERS)}: SB3's VecEnvs beside them"
+    )
     parser.add_argument("--window", choices=WORKLOADS, help=argparse.SUPPRESS)  # internal: one window
+    parser.add_argument("--peer", choices=PEERS, help=argparse.SUPPRESS)  # internal: the window's VecEnv
     args = parser.parse_args()
     if args.window:
-        print(json.dumps(window(args.window, args.seconds)))
+        print(json.dumps(window(args.window, args.seconds, args.peer)))
         return
+    peers = [p for p in args.peers.split(",") if p]
+    if set(peers) - set(PEERS) or (peers and set(args.workloads) - {"pong", "synth512"}):
+        parser.error(f"--peers takes {', '.join(PEERS)}, with workloads pong and synth512 only")
+    sides = [("old", args.old, None), ("new", args.new, None)] + [(p, args.new, p) for p in peers]
     runs: dict[tuple[str, str], list[dict]] = {}
     for _ in range(args.rounds):
         for workload in args.workloads:
-            for side, path in (("old", args.old), ("new", args.new)):
+            for side, path, peer in sides:
                 env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
                 if path is not None:
                     env["PYTHONPATH"] = os.path.abspath(path)
                 cmd = [sys.executable, __file__, "--old", args.old, "--window", workload]
-                out = subprocess.run(
-                    [*cmd, "--seconds", str(args.seconds)], env=env, capture_output=True, text=True
-                )
+                cmd += ["--seconds", str(args.seconds)] + (["--peer", peer] if peer else [])
+                out = subprocess.run(cmd, env=env, capture_output=True, text=True)
                 if out.returncode != 0:
                     raise SystemExit(f"{side} {workload} failed:\n{out.stderr}")
                 runs.setdefault((workload, side), []).append(json.loads(out.stdout.strip().splitlines()[-1]))
     for workload in args.workloads:
-        old, new = runs[(workload, "old")], runs[(workload, "new")]
-        print(
-            f"{workload}: old {[round(r['steps_per_s']) for r in old]} new {[round(r['steps_per_s']) for r in new]}"
-        )
-        for key, label, unit in (
-            ("steps_per_s", "env steps/s", ""),
-            ("main_cpu_ms", "main CPU per batch step", " ms"),
-            ("tree_cpu_us", "tree CPU per env step", " us"),
-        ):
-            med = {side: statistics.median(r[key] for r in rs) for side, rs in (("old", old), ("new", new))}
-            ratios = [b[key] / a[key] for a, b in zip(old, new)]
-            print(
-                f"  {label}: {med['old']:.4g} -> {med['new']:.4g}{unit}, new/old {med['new'] / med['old']:.3f}; "
-                f"per round median {statistics.median(ratios):.3f} ({min(ratios):.2f}-{max(ratios):.2f})"
-            )
+        steps = {side: [round(r["steps_per_s"]) for r in runs[(workload, side)]] for side, _, _ in sides}
+        print(f"{workload}: " + " ".join(f"{side} {per_round}" for side, per_round in steps.items()))
+        new = runs[(workload, "new")]
+        for base in [side for side, _, _ in sides if side != "new"]:
+            other = runs[(workload, base)]
+            print(f"  new against {base}:")
+            for key, label, unit in (
+                ("steps_per_s", "env steps/s", ""),
+                ("main_cpu_ms", "main CPU per batch step", " ms"),
+                ("tree_cpu_us", "tree CPU per env step", " us"),
+            ):
+                med_old = statistics.median(r[key] for r in other)
+                med_new = statistics.median(r[key] for r in new)
+                ratios = [b[key] / a[key] for a, b in zip(other, new)]
+                print(
+                    f"    {label}: {med_old:.4g} -> {med_new:.4g}{unit}, new/{base} {med_new / med_old:.3f}; "
+                    f"per round median {statistics.median(ratios):.3f} ({min(ratios):.2f}-{max(ratios):.2f})"
+                )
 
 
 if __name__ == "__main__":

@@ -1,10 +1,11 @@
 """What ale-py's ``AtariEnv.step`` does per emulator frame, under Gymnasium's standard wrappers, for
 the native Atari paths (:mod:`shmvec.atari.sb3`: SB3's and CleanRL's chains,
-:mod:`shmvec.atari.preprocessing`).
+:mod:`shmvec.atari.preprocessing`, :mod:`shmvec.atari.raw`: the ``AtariEnv`` alone).
 
 :class:`Emulator` acts, reads the game-over and truncation flags and counts ``TimeLimit``'s steps as
 those classes do, but grabs no RGB screen (the paths grab palette indices or gray screens of only
-the frames they keep) and builds the info dict only when asked. :data:`KNOWN` lists the source
+the frames they keep; the raw path grabs ALE's own screen into the ring) and builds the info dict
+only when asked. :data:`KNOWN` lists the source
 fingerprints (:func:`shmvec.native.fingerprint`) of every method a native Atari path restates, as
 the exactness tests checked them against the wrappers (stable-baselines3 2.9.2, gymnasium 1.4.0,
 ale-py 0.12.1); any other code steps through its wrappers.
@@ -44,6 +45,8 @@ KNOWN = {
     "gymnasium.wrappers.transform_observation.GrayscaleObservation.__init__": {"b11ed496300953a9"},
     "ale_py.env.AtariEnv.step": {"3d2cd747f84acf61"},
     "ale_py.env.AtariEnv._get_info": {"91bdc02a674d478a"},
+    # Restated by the raw path alone (shmvec.atari.raw); the others grab their own screens.
+    "ale_py.env.AtariEnv._get_obs": {"9ba5af51ece75289"},
     "stable_baselines3.common.monitor.Monitor.step": {"af96898c9d2bc24f"},
     "stable_baselines3.common.atari_wrappers.MaxAndSkipEnv.step": {"d4e549050154a395"},
     "stable_baselines3.common.atari_wrappers.EpisodicLifeEnv.step": {"b0b60a039ca36809"},
@@ -61,8 +64,8 @@ def unknown_code(layers: list[Any], methods: tuple[str, ...] = _METHODS) -> str 
     for layer in layers:
         for attr in methods:
             func = getattr(type(layer), attr, None)
-            if func is None or (attr == "_get_obs" and is_exactly(layer, ATARI_ENV)):
-                continue  # AtariEnv._get_obs is not restated: the paths grab their own screens
+            if func is None:
+                continue
             name = f"{func.__module__}.{func.__qualname__}"
             if fingerprint(func) not in KNOWN.get(name, ()):
                 return name
@@ -81,17 +84,21 @@ class Emulator:
         self.atari = atari
         self.ale = atari.ale
         self.action_set = atari._action_set
-        self.own_skip: int = atari._frameskip
+        # An int, or a (low, high) range from which AtariEnv draws each step's (the raw path only).
+        self.own_skip: int | tuple[int, int] = atari._frameskip
 
     def frame(self, action: Any) -> tuple[float, bool, bool]:
         """``AtariEnv.step(action)`` and ``TimeLimit``'s count, without its observation and info:
         ``(reward, terminated, truncated)``."""
+        skip = self.own_skip
+        if skip.__class__ is tuple:  # drawn before the action is looked up, as AtariEnv.step does
+            skip = self.atari.np_random.integers(*skip)
         ale_action = self.action_set[action]
-        if self.own_skip == 1:  # NoFrameskip ids: AtariEnv's loop once, 0.0 + the reward as it adds it
+        if skip == 1:  # NoFrameskip ids: AtariEnv's loop once, 0.0 + the reward as it adds it
             reward = 0.0 + self.ale.act(ale_action, 1.0)
         else:
             reward = 0.0
-            for _ in range(self.own_skip):
+            for _ in range(skip):
                 reward += self.ale.act(ale_action, 1.0)
         truncated = self.ale.game_truncated()
         if self.layers.limit is not None:
@@ -108,9 +115,14 @@ class Emulator:
         }
 
 
-def emulator(env: gym.Env) -> tuple[Emulator | None, str | None]:
+def emulator(env: gym.Env, raw: bool = False) -> tuple[Emulator | None, str | None]:
     """The :class:`Emulator` of the ``AtariEnv`` at the bottom of ``env`` (Gymnasium's standard
-    wrappers over it at most), or None and why a native path cannot step it."""
+    wrappers over it at most), or None and why a native path cannot step it.
+
+    :param raw: for the path that gives ``AtariEnv``'s own observations (:mod:`shmvec.atari.raw`):
+        it grabs ALE's screen as ``AtariEnv._get_obs`` does (whose code must be one :data:`KNOWN`
+        lists), so any palette and a random frame skip are served too.
+    """
     layers = GymLayers(env)
     atari = layers.inner
     if not is_exactly(atari, ATARI_ENV):
@@ -119,11 +131,12 @@ def emulator(env: gym.Env) -> tuple[Emulator | None, str | None]:
         return None, "AtariEnv with RAM observations, continuous actions or sound observations"
     if atari.render_mode == "human":
         return None, "AtariEnv with render_mode='human'"
-    if not isinstance(atari._frameskip, int):
+    if not isinstance(atari._frameskip, int) and not raw:
         return None, "AtariEnv with a random frame skip"
-    if atari.ale.getScreenDims()[0] == palette.PAL_HEIGHT:
+    if atari.ale.getScreenDims()[0] == palette.PAL_HEIGHT and not raw:
         return None, "a game in ALE's PAL format (another palette)"
-    code = unknown_code([*layers.layers(), atari])
+    restated = ("step", "_get_info", "_get_obs") if raw else ("step", "_get_info")
+    code = unknown_code(layers.layers()) or unknown_code([atari], restated)
     if code is not None:
         return None, f"{code} differs from the versions shmvec's native Atari step was checked against"
     return Emulator(layers), None

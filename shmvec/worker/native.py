@@ -2,10 +2,10 @@
 
 In this order: shmvec's ``frame_stack`` wrapper over an env that has a native path (the stack is
 assembled straight into the ring slot); SB3's Atari recipe and CleanRL's ``ppo_atari.py`` chain
-(:mod:`shmvec.atari.sb3`); Gymnasium's
-``AtariPreprocessing`` (:mod:`shmvec.atari.preprocessing`); an env that implements ``step_into``
-itself, under Gymnasium's standard wrappers. Anything else steps through
-its wrappers, with the reason kept for :class:`~shmvec.native.NativeStatus`.
+(:mod:`shmvec.atari.sb3`); Gymnasium's ``AtariPreprocessing`` (:mod:`shmvec.atari.preprocessing`);
+ale-py's ``AtariEnv`` alone (:mod:`shmvec.atari.raw`) or an env that implements ``step_into`` itself,
+under Gymnasium's standard wrappers. Anything else steps through its wrappers, with the reason kept
+for :class:`~shmvec.native.NativeStatus`.
 """
 
 from __future__ import annotations
@@ -15,8 +15,10 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from shmvec.atari import raw
+from shmvec.atari.emulator import ATARI_ENV
 from shmvec.frame_stack import FrameStack
-from shmvec.native import GymLayers, NativeStatus, StepInto, class_name
+from shmvec.native import GymLayers, NativeStatus, StepInto, class_name, is_exactly, through_wrappers
 
 _SB3_ATARI = "stable_baselines3.common.atari_wrappers."
 _GYM_ATARI = ("gymnasium.wrappers.atari_preprocessing", "gymnasium.wrappers.stateful_observation")
@@ -39,9 +41,7 @@ class GenericStep:
     def step_into(self, action: Any, out: np.ndarray) -> StepInto:
         if not self.layers.ready():
             self.sync()
-            obs, reward, terminated, truncated, info = self.env.step(action)
-            out[...] = obs
-            return reward, terminated, truncated, info
+            return through_wrappers(self.env, action, out)
         reward, terminated, truncated, info = self.inner.step_into(action, out)
         return reward, terminated, self.layers.truncate(truncated), info
 
@@ -73,6 +73,9 @@ def adapt(env: gym.Env) -> tuple[Any, NativeStatus]:
         if native is not None or type(env).__module__ == _GYM_ATARI[0]:
             return native, NativeStatus(native.path if native else None, reason)
     layers = GymLayers(env)
+    if is_exactly(layers.inner, ATARI_ENV):
+        native, reason = raw.recognise(env)
+        return native, NativeStatus(native.path if native else None, reason)
     if callable(getattr(type(layers.inner), "step_into", None)):
         return GenericStep(env, layers), NativeStatus(GenericStep.path)
     return None, NativeStatus(None, f"no native step for {class_name(env)}")
