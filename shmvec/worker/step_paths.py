@@ -17,8 +17,8 @@ import numpy as np
 
 from shmvec.atari import raw
 from shmvec.atari.emulator import ATARI_ENV
-from shmvec.frame_stack import FrameStack
 from shmvec.native import GymLayers, NativeStatus, StepInto, class_name, is_exactly, through_wrappers
+from shmvec.worker.frame_stack import FrameStack
 
 _SB3_ATARI = "stable_baselines3.common.atari_wrappers."
 _GYM_ATARI = ("gymnasium.wrappers.atari_preprocessing", "gymnasium.wrappers.stateful_observation")
