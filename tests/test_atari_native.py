@@ -26,7 +26,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv, VecFrameStack
 import shmvec
 from shmvec import ShmVecEnv
 from shmvec.atari import emulator
-from tests.helpers import assert_step_equal, equivalent_with_statuses, require
+from tests.helpers import assert_step_equal, assert_steps_equal, equivalent_with_statuses, require
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -90,21 +90,15 @@ def run_sb3(
         paths = {s.path for s in got.native_steps}
         assert paths == {"sb3-atari+frame-stack" if stack else "sb3-atari"}, got.native_steps
         assert np.array_equal(got.reset(), ref.reset()), "reset obs"
-        rng = np.random.default_rng(seed)
-        for t in range(steps):
-            actions = rng.integers(0, got.action_space.n, n_envs)
-            want = ref.step(actions)
-            assert_step_equal(got.step(actions), want, t)
-            for done, info in zip(want[2], want[3]):
-                if done:
-                    kind = (
-                        "truncated"
-                        if info["TimeLimit.truncated"]
-                        else "game over"
-                        if "episode" in info
-                        else "life lost"
-                    )
-                    ends[kind] += 1
+        for info in assert_steps_equal(got, ref, steps, np.random.default_rng(seed)):
+            kind = (
+                "truncated"
+                if info["TimeLimit.truncated"]
+                else "game over"
+                if "episode" in info
+                else "life lost"
+            )
+            ends[kind] += 1
         for attr in STATE:
             if ref.has_attr(attr):
                 for i, (x, y) in enumerate(zip(got.get_attr(attr), ref.get_attr(attr))):
