@@ -64,10 +64,15 @@ class NativeStatus:
     :param path: the native path in use (``"sb3-atari"``, ``"gymnasium-atari"``, ``"step_into"``,
         with ``"+frame-stack"`` when shmvec's ``frame_stack`` sits on top), or None.
     :param reason: why not, when ``path`` is None (the wrapper or setting that is not recognised).
+    :param unchecked: when the env's wrapper chain is one a native path steps but code it restates is
+        not a version shmvec was checked against: each such method as ``("module.Class.method",
+        "package version")``, the version installed where the env runs; the faces warn once about
+        these (``reason`` lists them too).
     """
 
     path: str | None
     reason: str | None = None
+    unchecked: tuple[tuple[str, str], ...] = ()
 
 
 def sync(env: Any) -> None:
@@ -94,7 +99,13 @@ def fingerprint(func: Any) -> str:
     """A hash of a function's source tokens, comments, docstrings and layout left out: a native path
     restates what a wrapper's ``step`` does, and runs only over the versions whose source it was
     checked against (an unknown fingerprint makes the worker step through the wrappers)."""
-    source = textwrap.dedent(inspect.getsource(func))
+    return fingerprint_source(inspect.getsource(func))
+
+
+def fingerprint_source(source: str) -> str:
+    """:func:`fingerprint` of a function's source text, as ``inspect.getsource`` gives it (its
+    decorators, ``def`` line and body; indented as in its file or not)."""
+    source = textwrap.dedent(source)
     docstrings: set[int] = set()
     for node in ast.walk(ast.parse(source)):
         body = getattr(node, "body", None)
@@ -143,7 +154,8 @@ class GymLayers:
         order, checker = self.order, self.checker
         if order is not None and not order._has_reset:
             return False
-        return checker is None or (checker.checked_step and checker.checked_data_reuse)
+        # Gymnasium < 1.4's checker has no data-reuse check (nor its flag): nothing to wait for.
+        return checker is None or (checker.checked_step and getattr(checker, "checked_data_reuse", True))
 
     def truncate(self, truncated: bool) -> bool:
         """``TimeLimit``'s count of one inner step: the truncated flag it passes on."""
