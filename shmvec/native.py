@@ -39,6 +39,7 @@ import inspect
 import io
 import textwrap
 import tokenize
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -73,6 +74,47 @@ class NativeStatus:
     path: str | None
     reason: str | None = None
     unchecked: tuple[tuple[str, str], ...] = ()
+
+
+#: How a :class:`NativeStatus` reason begins when the code, not the chain, keeps the native step off.
+UNCHECKED = "code shmvec's native Atari step was not checked against"
+
+
+def grouped(statuses: Sequence[NativeStatus]) -> list[dict[str, Any]]:
+    """Envs with the same status, counted: ``{"path", "reason", "envs"}`` per distinct ``(path,
+    reason)`` of ``statuses`` (a face's ``native_steps``), in order of first appearance."""
+    counts: dict[tuple[str | None, str | None], int] = {}
+    for status in statuses:
+        key = (status.path, status.reason)
+        counts[key] = counts.get(key, 0) + 1
+    return [{"path": path, "reason": reason, "envs": n} for (path, reason), n in counts.items()]
+
+
+def describe(groups: list[dict[str, Any]]) -> str:
+    """The line :func:`summary` prints, from :func:`grouped`'s groups."""
+    count = sum(g["envs"] for g in groups if g["path"] is not None)
+    if count == 0 and not any((g["reason"] or "").startswith(UNCHECKED) for g in groups):
+        # Most envs have no native path: nothing is wrong, they step as they always do.
+        why = "; ".join(g["reason"] or "" for g in groups)
+        return f"native step: none, every env steps through its wrappers ({why}; see docs/guides/native.md)"
+    many = len(groups) > 1
+    native = [f"{g['envs']} {g['path']}" if many else g["path"] for g in groups if g["path"] is not None]
+    others = [
+        f"{g['envs']} not ({g['reason']})" if many else g["reason"] for g in groups if g["path"] is None
+    ]
+    line = f"native step: {count} of {sum(g['envs'] for g in groups)} envs"
+    if native:
+        line += f" ({', '.join(native)})"
+    if others:
+        line += ("; " if native else ": ") + "; ".join(others)
+    return line
+
+
+def summary(statuses: Sequence[NativeStatus]) -> str:
+    """One line saying which envs a face's workers step natively, by which path, and why the others
+    do not, e.g. ``print(summary(env.native_steps))``: ``"native step: 8 of 8 envs
+    (sb3-atari+frame-stack)"``."""
+    return describe(grouped(statuses))
 
 
 def sync(env: Any) -> None:

@@ -23,7 +23,7 @@ import shmvec
 from shmvec.atari import fingerprints, releases
 from shmvec.atari.fingerprints import KNOWN, OLDEST, STACKS, distribution, served, version_key
 from shmvec.native import fingerprint, fingerprint_source
-from tests.helpers import assert_steps_equal, require
+from tests.helpers import assert_steps_equal, not_checked, require
 
 ROOT = Path(__file__).resolve().parent.parent
 MAX_SKIP = "stable_baselines3.common.atari_wrappers.MaxAndSkipEnv.step"
@@ -34,12 +34,6 @@ PREPROCESSING = "gymnasium.wrappers.atari_preprocessing.AtariPreprocessing.step"
 @pytest.fixture(autouse=True, scope="module")
 def _ale():
     gym.register_envs(require("ale_py", 'pip install -e ".[atari]"'))
-
-
-def _not_checked(monkeypatch, *names: str) -> None:
-    """Make ``names``' installed code one KNOWN does not list: a release shmvec was not checked on."""
-    for name in names:  # the same releases, other code: as a table that lacks the installed release
-        monkeypatch.setitem(KNOWN, name, {f"{i:016d}": span for i, span in enumerate(KNOWN[name].values())})
 
 
 def _native_warnings(record: list[warnings.WarningMessage]) -> list[str]:
@@ -133,7 +127,7 @@ def _sb3_env(reference: bool = False, **options):
 
 
 def test_code_not_checked_turns_the_path_off_with_every_method_named_and_one_warning(no_leaks, monkeypatch):
-    _not_checked(monkeypatch, MAX_SKIP, CHECKER)
+    not_checked(monkeypatch, MAX_SKIP, CHECKER)
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")
         got = _sb3_env(n_workers=2)
@@ -162,7 +156,7 @@ def test_code_not_checked_turns_the_path_off_with_every_method_named_and_one_war
 
 
 def test_the_warning_points_at_the_line_that_built_the_vecenv(no_leaks, monkeypatch):
-    _not_checked(monkeypatch, MAX_SKIP)
+    not_checked(monkeypatch, MAX_SKIP)
     fns = [functools.partial(_sb3_one, "BreakoutNoFrameskip-v4")] * 2
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")
@@ -184,7 +178,7 @@ def _preprocessed() -> gym.Env:
 
 
 def test_the_gymnasium_face_warns_once_too_and_pool_mode_alike(no_leaks, monkeypatch):
-    _not_checked(monkeypatch, PREPROCESSING)
+    not_checked(monkeypatch, PREPROCESSING)
     for kwargs in ({}, {"batch_size": 2, "n_workers": 2}):
         with warnings.catch_warnings(record=True) as record:
             warnings.simplefilter("always")
@@ -206,7 +200,7 @@ def test_the_gymnasium_face_warns_once_too_and_pool_mode_alike(no_leaks, monkeyp
 )
 def test_no_warning_when_nothing_is_lost_or_the_user_said_so(no_leaks, monkeypatch, build, request):
     if request.node.callspec.id == "native_step=False":
-        _not_checked(monkeypatch, MAX_SKIP)
+        not_checked(monkeypatch, MAX_SKIP)
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")
         env = build()

@@ -23,7 +23,7 @@ import functools
 from importlib import metadata
 from typing import Any
 
-from shmvec.native import NativeStatus, fingerprint
+from shmvec.native import UNCHECKED, NativeStatus, fingerprint
 
 #: The distribution that ships each top-level module a restated method lives in.
 DISTRIBUTIONS = {"stable_baselines3": "stable-baselines3", "gymnasium": "gymnasium", "ale_py": "ale-py"}
@@ -152,7 +152,7 @@ def unchecked_status(names: list[str]) -> NativeStatus:
     restated methods :data:`KNOWN` does not list) was not checked."""
     found = tuple((name, f"{distribution(name)} {installed(distribution(name))}") for name in names)
     listed = ", ".join(f"{name} ({version})" for name, version in found)
-    return NativeStatus(None, f"code shmvec's native Atari step was not checked against: {listed}", found)
+    return NativeStatus(None, f"{UNCHECKED}: {listed}", found)
 
 
 def warning(statuses: list[NativeStatus]) -> str | None:
