@@ -22,7 +22,7 @@ from shmvec.bench.compare import cells, side_by_side
 from shmvec.bench.envs import env_factory
 from shmvec.bench.recipes import FRAME_STACK, atari_settings, check_recipe, recipe_env
 from shmvec.bench.report import WIDTH
-from shmvec.cli import main
+from shmvec.cli.main import main
 from shmvec.native import UNCHECKED, describe
 from tests.helpers import ROOT, assert_obs_equal
 

@@ -65,7 +65,7 @@ def test_install_prose_says_where_the_cpu_build_of_pytorch_comes_from():
 def test_the_main_job_is_described_as_what_the_bench_measures_by_default():
     """The README's sentence before ``shmvec bench`` speaks of the workload the bench's defaults
     measure (SB3's Atari recipe on Pong, against ale-py's vector env, SubprocVecEnv, DummyVecEnv)."""
-    from shmvec.cli import RECIPE_BACKENDS, _parser, resolve_defaults
+    from shmvec.cli.main import RECIPE_BACKENDS, _parser, resolve_defaults
 
     args = _parser().parse_args(["bench"])
     resolve_defaults(args)

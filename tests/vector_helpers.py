@@ -13,7 +13,7 @@ import gymnasium as gym
 import numpy as np
 
 import shmvec
-from shmvec.restart import REASON_KEY, RESTARTED_KEY
+from shmvec.engine.restart import REASON_KEY, RESTARTED_KEY
 from shmvec.synthetic import SyntheticImageEnv
 from shmvec.testing import assert_equivalent
 from shmvec.testing.compare import gymnasium_difference, value_difference

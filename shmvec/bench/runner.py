@@ -35,7 +35,6 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from shmvec._start_methods import resolve_start_method
 from shmvec.bench import system
 from shmvec.bench.backends import make_vec_env
 from shmvec.bench.envs import check_env_name
@@ -53,6 +52,7 @@ from shmvec.bench.results import (
     Sample,
 )
 from shmvec.bench.stats import summarize
+from shmvec.engine.start_methods import resolve_start_method
 from shmvec.native import grouped
 
 Progress = Callable[[int, int, str], None]
