@@ -1,8 +1,14 @@
-"""ShmVecEnv of this tree against ShmVecEnv of another commit, side by side, interleaved.
+"""ShmVecEnv of this tree against ShmVecEnv of another commit, or on another stack (SB3, Gymnasium,
+ale-py releases), side by side, interleaved.
 
     git worktree add /tmp/old 45780b7
     python benchmarks/against_commit.py --old /tmp/old
+    python benchmarks/against_commit.py --python-old OLDSTACK/bin/python --workloads atari-pong
     python benchmarks/against_commit.py --old /tmp/old --workloads pong --peers subproc,dummy
+
+``--python-old`` / ``--python-new``: the interpreter (a venv with shmvec installed, e.g. one of the
+stacks of ``python -m shmvec.atari.releases --stacks``) each side's windows run with; by default this
+one. Without ``--old`` both sides import this tree's ``shmvec``.
 
 Each window runs in a fresh interpreter: ``PYTHONPATH=<old>`` makes it import the old ``shmvec``
 (PYTHONPATH comes before the editable install), no PYTHONPATH the current one. Per workload (ALE
@@ -11,7 +17,7 @@ env steps/s of every round, the main process's CPU per batch step and the CPU pe
 whole process tree (main process and workers: what the machine pays, which foreign load on a shared
 machine barely moves, unlike env steps/s); then the ratios of medians and the median of the
 round-by-round ratios. ``--peers``: SB3's ``SubprocVecEnv`` / ``DummyVecEnv`` over the same
-factories, in the same rounds (``pong`` and ``synth512`` only), and the new tree's ratios to them.
+factories, in the same rounds (``pong`` and ``synth512`` only), and the new side's ratios to them.
 """
 
 from __future__ import annotations
@@ -102,9 +108,14 @@ def recipe_window(seconds: float, game: str, policy: bool) -> dict[str, float | 
             obs = venv.step(act(obs)[0])[0]
             timed.n += 1
         result = timed.result()
+        paths = [s.path or "wrappers" for s in venv.native_steps]
     finally:
         venv.close()
-    return {"shmvec": shmvec.__file__, **result}
+    from importlib.metadata import version
+
+    stack = " ".join(f"{d} {version(d)}" for d in ("stable-baselines3", "gymnasium", "ale-py"))
+    native = ", ".join(f"{paths.count(p)} {p}" for p in dict.fromkeys(paths))
+    return {"shmvec": shmvec.__file__, "stack": stack, "native": native, **result}
 
 
 def pool_window(seconds: float) -> dict[str, float | str]:
@@ -183,24 +194,29 @@ def window(workload: str, seconds: float, peer: str | None = None) -> dict[str, 
             venv.step(actions[timed.n % 64])
             timed.n += 1
         result = timed.result()
+        # 4de4e74's ShmVecEnv has native_steps too; SB3's VecEnvs have none.
+        paths = [s.path or "wrappers" for s in getattr(venv, "native_steps", ())]
     finally:
         venv.close()
-    return {"shmvec": shmvec.__file__, **result}
+    native = ", ".join(f"{paths.count(p)} {p}" for p in dict.fromkeys(paths)) or "wrappers (SB3)"
+    return {"shmvec": shmvec.__file__, "native": native, **result}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
     )
-    parser.add_argument("--old", required=True, help="a checkout of the other commit (git worktree)")
+    parser.add_argument("--old", default=None, help="a checkout of the other commit (default: this tree)")
     parser.add_argument("--new", default=None, help="a checkout to measure as new (default: this install)")
+    parser.add_argument("--python-old", default=sys.executable, help="the old side's interpreter")
+    parser.add_argument("--python-new", default=sys.executable, help="the new side's interpreter")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--seconds", type=float, default=3.0, help="measured seconds per window")
     parser.add_argument("--workloads", nargs="+", choices=WORKLOADS, default=["pong", "synth512"])
+    parser.add_argument("--window", choices=WORKLOADS, help=argparse.SUPPRESS)  # internal: one window
     parser.add_argument(
         "--peers", default="", help=f"comma-separated, of {', '.join(PEERS)}: SB3's VecEnvs beside them"
     )
-    parser.add_argument("--window", choices=WORKLOADS, help=argparse.SUPPRESS)  # internal: one window
     parser.add_argument("--peer", choices=PEERS, help=argparse.SUPPRESS)  # internal: the window's VecEnv
     args = parser.parse_args()
     if args.window:
@@ -209,25 +225,31 @@ def main() -> None:
     peers = [p for p in args.peers.split(",") if p]
     if set(peers) - set(PEERS) or (peers and set(args.workloads) - {"pong", "synth512"}):
         parser.error(f"--peers takes {', '.join(PEERS)}, with workloads pong and synth512 only")
-    sides = [("old", args.old, None), ("new", args.new, None)] + [(p, args.new, p) for p in peers]
+    sides = [("old", args.old, args.python_old, None), ("new", args.new, args.python_new, None)]
+    sides += [(p, args.new, args.python_new, p) for p in peers]
     runs: dict[tuple[str, str], list[dict]] = {}
     for _ in range(args.rounds):
         for workload in args.workloads:
-            for side, path, peer in sides:
+            for side, path, python, peer in sides:
                 env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
                 if path is not None:
                     env["PYTHONPATH"] = os.path.abspath(path)
-                cmd = [sys.executable, __file__, "--old", args.old, "--window", workload]
-                cmd += ["--seconds", str(args.seconds)] + (["--peer", peer] if peer else [])
-                out = subprocess.run(cmd, env=env, capture_output=True, text=True)
+                cmd = [python, __file__, "--window", workload, "--seconds", str(args.seconds)]
+                out = subprocess.run(
+                    cmd + (["--peer", peer] if peer else []), env=env, capture_output=True, text=True
+                )
                 if out.returncode != 0:
                     raise SystemExit(f"{side} {workload} failed:\n{out.stderr}")
                 runs.setdefault((workload, side), []).append(json.loads(out.stdout.strip().splitlines()[-1]))
     for workload in args.workloads:
-        steps = {side: [round(r["steps_per_s"]) for r in runs[(workload, side)]] for side, _, _ in sides}
+        for side, *_ in sides:
+            first = runs[(workload, side)][0]
+            if "native" in first:
+                print(f"{workload} {side}: {first.get('stack', '')}; envs stepped: {first['native']}")
+        steps = {side: [round(r["steps_per_s"]) for r in runs[(workload, side)]] for side, *_ in sides}
         print(f"{workload}: " + " ".join(f"{side} {per_round}" for side, per_round in steps.items()))
         new = runs[(workload, "new")]
-        for base in [side for side, _, _ in sides if side != "new"]:
+        for base in [side for side, *_ in sides if side != "new"]:
             other = runs[(workload, base)]
             print(f"  new against {base}:")
             for key, label, unit in (

@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import pickle
 from contextlib import closing
+from importlib.metadata import version
 
 import gymnasium as gym
 import numpy as np
@@ -24,8 +25,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv, VecFrameStack
 
 import shmvec
 from shmvec import ShmVecEnv
-from shmvec.atari import emulator
-from tests.helpers import assert_steps_equal, equivalent_with_statuses, require
+from tests.helpers import assert_steps_equal, equivalent_with_statuses, not_checked, require
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -172,8 +172,8 @@ def test_one_step_acts_per_frame_and_grabs_the_screen_once_into_its_row(obs_type
     env, twin = raw("ALE/Pong-v5", obs_type=obs_type), raw("ALE/Pong-v5", obs_type=obs_type)
     atari = env.unwrapped
     atari.ale = recorded = _Recorded(atari.ale)
-    native, reason = recognise(env)
-    assert native is not None, reason
+    native, status = recognise(env)
+    assert native is not None and status.path == "ale", status
     env.reset(seed=7), twin.reset(seed=7)
     out = np.zeros(env.observation_space.shape, np.uint8)
     for t in range(40):
@@ -210,13 +210,28 @@ def test_which_raw_envs_are_native(no_leaks, kwargs, reason):
         assert all(s.path is None and reason in s.reason for s in statuses), statuses
 
 
-def test_get_obs_code_it_was_not_checked_against_steps_through_the_wrappers(no_leaks, monkeypatch):
-    """The raw path restates ``AtariEnv._get_obs`` too (the other Atari paths do not)."""
-    name = "ale_py.env.AtariEnv._get_obs"
-    monkeypatch.setitem(emulator.KNOWN, name, {"0000000000000000"})
+@pytest.mark.parametrize(
+    "name",
+    [
+        "ale_py.env.AtariEnv._get_obs",
+        "ale_py.env.AtariEnv.step",
+        "gymnasium.wrappers.common.OrderEnforcing.step",
+    ],
+)
+def test_code_it_was_not_checked_against_steps_through_the_wrappers(no_leaks, monkeypatch, name):
+    """A release whose code of a method the raw path restates is not in ``KNOWN`` (``_get_obs``: the
+    raw path's alone): through the wrappers, the method and its package's version in the reason,
+    one warning per VecEnv."""
+    not_checked(monkeypatch, name)
     fn = functools.partial(raw, "ALE/Breakout-v5", max_episode_steps=40)
-    statuses = equivalent_with_statuses([fn, fn], 60)
-    assert statuses[0].path is None and name in statuses[0].reason, statuses
+    with pytest.warns(shmvec.NativeStepWarning, match=name) as record:
+        statuses = equivalent_with_statuses([fn, fn], 60)
+    native = [w for w in record if issubclass(w.category, shmvec.NativeStepWarning)]
+    # equivalent_with_statuses builds two VecEnvs (one compared, one read): one warning each.
+    assert len(native) == 2, [str(w.message) for w in native]
+    assert all(s.path is None and name in s.reason for s in statuses), statuses
+    dist = name.split(".")[0].replace("_", "-")
+    assert all(s.unchecked == ((name, f"{dist} {version(dist)}"),) for s in statuses), statuses
 
 
 def test_other_wrappers_step_through_their_wrappers(no_leaks):

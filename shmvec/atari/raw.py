@@ -21,8 +21,10 @@ Recognised: ``AtariEnv`` exactly (not a subclass) with RGB or grayscale observat
 or random frame skip, any ``repeat_action_probability`` and ``max_num_frames_per_episode``, no
 continuous actions, sound or ``render_mode="human"``, under Gymnasium's ``[TimeLimit]``,
 ``[OrderEnforcing]``, ``[PassiveEnvChecker]``; the code of each method restated with a fingerprint
-in :data:`~shmvec.atari.emulator.KNOWN` (``AtariEnv.step``, ``_get_obs``, ``_get_info`` and the
-wrappers' ``step``). shmvec's ``frame_stack`` on top stacks natively too (``"ale+frame-stack"``).
+in :data:`~shmvec.atari.fingerprints.KNOWN` (``AtariEnv.step``, ``_get_obs``, ``_get_info`` and the
+wrappers' ``step``), in every release the ``atari`` extra allows; other code steps through the
+wrappers, and the faces warn once. shmvec's ``frame_stack`` on top stacks natively too
+(``"ale+frame-stack"``).
 
 Imported by workers: numpy and gymnasium (no numba, no OpenCV: the path needs neither).
 """
@@ -35,16 +37,20 @@ import gymnasium as gym
 import numpy as np
 
 from shmvec.atari.emulator import Emulator, emulator
-from shmvec.native import StepInto, through_wrappers
+from shmvec.atari.fingerprints import unchecked_status
+from shmvec.native import NativeStatus, StepInto, through_wrappers
 
 
-def recognise(env: gym.Env) -> tuple[RawStep | None, str | None]:
+def recognise(env: gym.Env) -> tuple[RawStep | None, NativeStatus]:
     """The native step of ``env`` if it is ale-py's ``AtariEnv`` under Gymnasium's standard wrappers
-    (module docstring), else None and the reason."""
+    (module docstring) and its status, else None and the status saying why not."""
     emu, reason = emulator(env, raw=True)
     if emu is None:
-        return None, reason
-    return RawStep(env, emu), None
+        return None, NativeStatus(None, reason)
+    names = emu.unchecked(raw=True)
+    if names:
+        return None, unchecked_status(names)
+    return RawStep(env, emu), NativeStatus(RawStep.path)
 
 
 class RawStep:
