@@ -16,7 +16,7 @@ from typing import Any
 import gymnasium as gym
 
 from shmvec.atari import palette
-from shmvec.atari.fingerprints import unknown_code
+from shmvec.atari.fingerprints import installed, unknown_code
 from shmvec.native import GymLayers, class_name, is_exactly
 
 ATARI_ENV = "ale_py.env.AtariEnv"
@@ -37,22 +37,25 @@ class Emulator:
         self.ale = atari.ale
         self.action_set = atari._action_set
         self.own_skip: int | tuple[int, int] = atari._frameskip
+        # AtariEnv.step calls act(action, 1.0) for discrete actions since ale-py 0.10, act(action)
+        # before. The call must be the same: 0.10.0 and 0.10.1 bind act(action) to another paddle
+        # strength than 1.0 (Pong's paddle then moves otherwise); 0.10.2 made 1.0 act's default.
+        major_minor = tuple(int(part) for part in installed("ale-py").split(".")[:2])
+        self.strength: tuple[float, ...] = () if major_minor < (0, 10) else (1.0,)
 
     def frame(self, action: Any) -> tuple[float, bool, bool]:
         """``AtariEnv.step(action)`` and ``TimeLimit``'s count, without its observation and info:
         ``(reward, terminated, truncated)``."""
-        # act's paddle strength defaults to the 1.0 AtariEnv passes for discrete actions (ale-py >=
-        # 0.10; 0.9's act takes none): act(action) is AtariEnv's call in every release.
         skip: Any = self.own_skip
         if skip.__class__ is tuple:  # the raw path's random skip, drawn before the action's lookup
             skip = self.atari.np_random.integers(*skip)
-        ale_action = self.action_set[action]
+        ale_action, act, strength = self.action_set[action], self.ale.act, self.strength
         if skip == 1:  # NoFrameskip ids: AtariEnv's loop once, 0.0 + the reward as it adds it
-            reward = 0.0 + self.ale.act(ale_action)
+            reward = 0.0 + act(ale_action, *strength)
         else:
             reward = 0.0
             for _ in range(skip):
-                reward += self.ale.act(ale_action)
+                reward += act(ale_action, *strength)
         truncated = self.ale.game_truncated()
         if self.layers.limit is not None:
             truncated = self.layers.truncate(truncated)

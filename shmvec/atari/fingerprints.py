@@ -65,9 +65,10 @@ KNOWN: dict[str, dict[str, tuple[str, str]]] = {
         "dfc940909600235e": _GYM_13,
         "b11ed496300953a9": ("1.4.0", "1.4.0"),
     },
-    # 0.10 passes act a paddle strength (1.0 for discrete actions, act's default) and adds continuous
-    # actions; 0.11.1 checks their dtype; 0.12 fixes the sign of their threshold. The native paths
-    # refuse continuous actions and call act(action), which is the same call in every release.
+    # 0.10 passes act a paddle strength (1.0 for discrete actions) and adds continuous actions;
+    # 0.11.1 checks their dtype; 0.12 fixes the sign of their threshold. The native paths refuse
+    # continuous actions and make AtariEnv's own call (Emulator.strength): act(action) differs from
+    # act(action, 1.0) on 0.10.0-0.10.1, whose binding gives act(action) another strength.
     "ale_py.env.AtariEnv.step": {
         "b7f2e37a6f8696d9": ("0.9.0", "0.9.1"),
         "2ef437596c631658": ("0.10.0", "0.11.0"),
@@ -101,7 +102,7 @@ KNOWN: dict[str, dict[str, tuple[str, str]]] = {
 STACKS: tuple[dict[str, str], ...] = (
     {"stable-baselines3": "2.4.0", "gymnasium": "1.0.0", "ale-py": "0.9.0"},
     {"stable-baselines3": "2.6.0", "gymnasium": "1.1.1", "ale-py": "0.11.2"},
-    {"stable-baselines3": "2.8.0", "gymnasium": "1.2.3", "ale-py": "0.10.2"},
+    {"stable-baselines3": "2.8.0", "gymnasium": "1.2.3", "ale-py": "0.10.1"},
     {"stable-baselines3": "2.9.2", "gymnasium": "1.4.0", "ale-py": "0.12.1"},
 )
 
