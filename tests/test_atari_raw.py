@@ -20,12 +20,13 @@ from importlib.metadata import version
 import gymnasium as gym
 import numpy as np
 import pytest
-from gymnasium.vector import AutoresetMode
 from stable_baselines3.common.vec_env import DummyVecEnv, VecFrameStack
 
 import shmvec
 from shmvec import ShmVecEnv
+from shmvec.vector_env import AutoresetMode
 from tests.helpers import assert_steps_equal, equivalent_with_statuses, not_checked, require
+from tests.vector_helpers import DISABLED, NEXT, REFERENCE_MODES, SAME
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -251,7 +252,7 @@ def _gymnasium(fn, mode: AutoresetMode, steps: int = 200, **options) -> set[str]
     return run_both(fn, mode, n_envs=3, steps=steps, **options)
 
 
-@pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP])
+@pytest.mark.parametrize("mode", [m for m in REFERENCE_MODES if m is not DISABLED])
 def test_gymnasium_face_matches_sync(no_leaks, mode):
     fn = functools.partial(raw, "ALE/Breakout-v5", max_episode_steps=180)
     ends = _gymnasium(fn, mode, steps=400)
@@ -291,7 +292,7 @@ def test_matrix(no_leaks, game, frameskip, sticky, obs_type):
     steps = 2 * 300 // frameskip + 10
     if case % 2:
         assert "truncated" in _gymnasium(
-            fn, AutoresetMode.NEXT_STEP if case % 4 == 1 else AutoresetMode.SAME_STEP, steps
+            fn, SAME if case % 4 == 3 and SAME in REFERENCE_MODES else NEXT, steps
         )
         return
     stack = {"frame_stack": 4, "path": "ale+frame-stack"} if case % 4 == 0 else {}
