@@ -1,10 +1,10 @@
 """Running another project's own tests against shmvec (``gymnasium_suite.py``, ``sb3_suite.py``).
 
-The checkout's ``tests/`` is linked into a temporary directory that becomes the working directory
-and goes on ``PYTHONPATH``: worker processes unpickle env factories defined in the test modules, so
-they import ``tests.*`` (forkserver and spawn workers read ``PYTHONPATH``, not our ``sys.path``), and
-a directory holding only that link keeps the checkout's own package from shadowing the installed
-one, which is what shmvec runs on.
+The checkout's test directory (``tests/``, Tianshou's ``test/``) is linked into a temporary directory
+that becomes the working directory and goes on ``PYTHONPATH``: worker processes unpickle env
+factories defined in the test modules, so they import ``tests.*`` (forkserver and spawn workers read
+``PYTHONPATH``, not our ``sys.path``), and a directory holding only that link keeps the checkout's
+own package from shadowing the installed one, which is what shmvec runs on.
 """
 
 from __future__ import annotations
@@ -35,11 +35,12 @@ class Outcomes:
 
 
 def run(src: Path, paths: Sequence[str], label: str, pytest_args: Sequence[str], out: Path | None) -> int:
-    """Run ``paths`` (under the checkout ``src``'s ``tests/``) with pytest and the checkout's
+    """Run ``paths`` (under the checkout ``src``'s test directories) with pytest and the checkout's
     configuration; print the failed and errored test ids and the counts under ``label``; write
     ``{test id: outcome}`` to ``out`` if given. Returns pytest's exit code."""
     root = Path(tempfile.mkdtemp(prefix="suite-tests-"))
-    (root / "tests").symlink_to(src / "tests")
+    for top in sorted({Path(p).parts[0] for p in paths}):
+        (root / top).symlink_to(src / top)
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))
     outcomes = Outcomes()
     here = Path.cwd()
