@@ -73,9 +73,9 @@ def run(args: argparse.Namespace) -> int:
         _checked(check_env_name, env)
     frame_stack = args.frame_stack if args.frame_stack is not None else stacked
 
-    from shmvec.vec_env import ShmVecEnv
     from shmvec.errors import NativeStepWarning
     from shmvec.native import summary
+    from shmvec.vec_env import ShmVecEnv
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", NativeStepWarning)
