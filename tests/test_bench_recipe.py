@@ -137,7 +137,7 @@ def test_what_the_recipe_cannot_run_is_refused(call, message):
         (["--recipe", "nope"], "unknown recipe 'nope'"),
         (["--recipe", "sb3-atari", "--backends", "dummy,async"], "'async' cannot stack frames"),
         (["--backends", "ale-vec"], "'ale-vec' runs with --recipe sb3-atari only"),
-        (["--recipe", "sb3-atari", "--train"], "--recipe is for measuring steps"),
+        (["--recipe", "sb3-atari", "--train", "--backends", "ale-vec"], "not an SB3 VecEnv"),
         (["--recipe", "sb3-atari", "--env-kwargs", '{"frameskip": 2}'], "--env-kwargs does not apply"),
     ],
 )
