@@ -16,9 +16,10 @@ import pytest
 
 from shmvec.bench import report
 from shmvec.bench.runner import BenchSpec, Sample
+from tests.envs import TINY
+from tests.helpers import require
 
 ROOT = Path(__file__).resolve().parent.parent
-TINY = "tests.envs:make_small_synthetic"
 
 
 def _bench(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
@@ -131,7 +132,8 @@ def test_bad_input_is_one_line_and_nonzero(args, message):
 
 
 def test_train_dummy_and_shm_learn_identical_parameters():
-    from shmvec.bench.train import train
+    from shmvec.bench.train import TrainResult, train
+    from shmvec.bench.train_report import table
 
     result = train(
         "tests.envs:TinyImageEnv", ("dummy", "shm"), "ppo:CnnPolicy", n_envs=2, total_steps=64, seeds=(0,)
@@ -140,11 +142,18 @@ def test_train_dummy_and_shm_learn_identical_parameters():
     assert result.problems() == []
     assert [r.backend for r in result.runs] == ["dummy", "shm"]
     assert all(0 < r.step_s < r.wall_s for r in result.runs)
-    assert "1/1 seeds" in result.table()
+    # The two phases apart: the env steps happen inside the rollouts, both inside the run.
+    assert all(
+        r.step_s < r.rollout_s and r.update_s > 0 and r.rollout_s + r.update_s < r.wall_s for r in result.runs
+    )
+    assert result.wake_up_us is not None and result.wake_up_us > 0
+    stored = json.loads(json.dumps(result.to_dict()))
+    assert TrainResult.from_dict(stored).to_dict() == stored
+    assert "1/1 seeds" in table(result)
     result.cpus = 2
     dummy = result.runs[0]
     expected = (dummy.wall_s - dummy.step_s / 2) / dummy.wall_s
-    assert f"on 2 CPUs would take {expected:.2f}x dummy's wall time" in result.table()
+    assert f"on 2 CPUs would take {expected:.2f}x dummy's wall time" in table(result)
 
 
 @pytest.mark.parametrize("name", ["pong", "synth512_1ms"])
@@ -348,3 +357,17 @@ def test_ale_frame_loop_compiled_steps_as_python_and_a_changed_loop_is_caught(mo
     assert result["floor_us"] > 0 and set(result) == {"floor_us", "python", "compiled"}
     timing = frame_loop.threads("BreakoutNoFrameskip-v4", 200)
     assert timing["serial_s"] > 0 and timing["threads_s"] > 0
+
+
+def test_the_host_line_carries_the_wake_up_cost_and_the_emulator_floor():
+    from shmvec.bench import host
+
+    wake = host.wake_up_us(round_trips=200, rounds=3)
+    assert 0 < wake < float("inf")
+    assert host.describe(None) == "Host: wake-up cost not recorded"
+    assert host.describe(41.6, 179.4) == (
+        "Host: wake-up 42 µs (pipe round trip between two processes); emulator floor 179 µs CPU per env "
+        "step (ale.act x 4, one process)"
+    )
+    require("ale_py", 'pip install -e ".[atari]"')
+    assert host.emulator_floor_us("PongNoFrameskip-v4", steps=200) > 0

@@ -93,12 +93,12 @@ def test_a_closure_through_a_helper_is_followed(no_leaks):
 
 
 def test_the_envpool_skip_says_how_to_install_it(monkeypatch):
-    from tests.test_bench_backends import _needs_envpool
+    from tests.helpers import needs_envpool
 
     monkeypatch.delenv("SHMVEC_REQUIRE_ENVPOOL", raising=False)
     monkeypatch.setitem(sys.modules, "envpool", None)  # as if not installed
     with pytest.raises(pytest.skip.Exception) as e:
-        _needs_envpool()
+        needs_envpool()
     assert 'pip install -e ".[envpool]"' in str(e.value), str(e.value)
 
 

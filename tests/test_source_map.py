@@ -1,6 +1,7 @@
 """The maps of the source stay true to the tree: CONTRIBUTING.md's source layout has a line for
 every module and none for a module that is gone; docs/design.md's picture names only files that
-exist, each in its wing, and shows every wing."""
+exist, each in its wing, and shows every wing; tests/README.md names the tests of every module, and
+every test file; no test file imports another."""
 
 from __future__ import annotations
 
@@ -132,3 +133,64 @@ def test_the_picture_check_fails_for_a_stale_name_and_a_missing_wing():
         "the picture never names vec_env.py",
         "the picture never names worker",
     ]
+
+
+TESTS = ROOT / "tests"
+
+
+def read_test_map(markdown: str) -> dict[str, list[str]]:
+    """tests/README.md's map: module path -> the test files named on its line."""
+    block = re.search(r"^```text\n(.*?)^```", markdown, re.S | re.M)
+    assert block, "tests/README.md has no ```text map"
+    out: dict[str, list[str]] = {}
+    for line in block.group(1).splitlines():
+        if line.strip():
+            module, *tests = line.split()
+            assert module not in out, f"two lines for {module}"
+            out[module] = tests
+    return out
+
+
+def problems_of_test_map(
+    found: dict[str, list[str]], files: set[str], test_files: set[str], prose: str
+) -> list[str]:
+    """What tests/README.md's map gets wrong: modules without a line (or with no test), lines for
+    modules that do not exist, test files named that do not exist, test files named nowhere."""
+    problems = map_problems(set(found), files)
+    problems += [f"{m} names no test file" for m, tests in sorted(found.items()) if not tests]
+    named = {t for tests in found.values() for t in tests} | set(re.findall(r"`(test_\w+)`", prose))
+    problems += [f"{t} does not exist" for t in sorted(named - test_files)]
+    problems += [f"{t} is named nowhere" for t in sorted(test_files - named)]
+    return problems
+
+
+def test_every_module_has_its_tests_named_and_every_test_file_its_module():
+    markdown = (TESTS / "README.md").read_text()
+    test_files = {p.stem for p in TESTS.glob("test_*.py")}
+    problems = problems_of_test_map(read_test_map(markdown), tree_files(), test_files, markdown)
+    assert not problems, "tests/README.md's map is stale: " + "; ".join(problems)
+
+
+def test_the_test_map_check_fails_for_a_module_or_a_test_file_without_its_line():
+    markdown = (TESTS / "README.md").read_text()
+    found = read_test_map(markdown)
+    test_files = {p.stem for p in TESTS.glob("test_*.py")}
+    problems = problems_of_test_map(
+        found, tree_files() | {"engine/new_room.py"}, test_files | {"test_new"}, markdown
+    )
+    assert problems == ["no line for engine/new_room.py", "test_new is named nowhere"]
+
+
+def test_no_test_file_imports_another():
+    """Helpers shared by several test files live in helper modules (tests/README.md), so a newcomer
+    reading a test file reads tests, and moving a test never breaks another file."""
+    found = [
+        f"{p.name}: {line.strip()}"
+        for p in sorted(TESTS.glob("*.py"))
+        for line in p.read_text().splitlines()
+        if re.match(
+            r"\s*(from tests(\.test_\w+)? import .*\btest_|from tests\.test_\w+ import|import tests\.test_)",
+            line,
+        )
+    ]
+    assert not found, f"test files imported as helpers: {found}"
