@@ -31,7 +31,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from shmvec.bench import curves, host
+from shmvec.bench import curves, host, system
 from shmvec.bench.backends import check_backend, make_vec_env
 from shmvec.bench.envs import check_env_name
 from shmvec.bench.policy import algo_class, parse_policy
@@ -70,6 +70,7 @@ class TrainRun:
     curve: list[curves.Episode] = field(default_factory=list)
     rollout_s: float = 0.0  # of wall_s, in collect_rollouts (forward passes and env steps)
     update_s: float = 0.0  # of wall_s, in train (the gradient updates)
+    other_cores: float | None = None  # CPU other processes took during learn, in cores: a loaded host
 
 
 @dataclass
@@ -254,15 +255,19 @@ def train_one(
         model = algo_class(algo)(policy, venv, seed=seed, device="cpu", **algo_kwargs)
         steps = Stopwatch(model.get_env(), "step")
         rollouts, updates = Stopwatch(model, "collect_rollouts"), Stopwatch(model, "train")
+        procs = list(getattr(venv, "processes", []))
+        cpu0, learn0 = system.cpu_snapshot(procs), time.perf_counter()
         model.learn(total_steps, callback=curves.sb3_recorder(episodes, start))
-        wall = time.perf_counter() - start
+        cpu1, wall = system.cpu_snapshot(procs), time.perf_counter() - start
+        busy = cpu1.machine_busy_s - cpu0.machine_busy_s - (cpu1.tree_s - cpu0.tree_s)
+        others = max(0.0, busy / (time.perf_counter() - learn0))
     finally:
         venv.close()
     rets = [ep["r"] for ep in model.ep_info_buffer or []]
     mean = statistics.fmean(rets) if rets else None
     run = TrainRun(
         backend, seed, wall, steps.seconds, mean, len(rets), _params_hash(model), episodes,
-        rollouts.seconds, updates.seconds,
+        rollouts.seconds, updates.seconds, others,
     )  # fmt: skip
     return run, model
 

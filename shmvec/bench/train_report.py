@@ -22,12 +22,12 @@ def per_k(run: TrainRun, total_steps: int, key: str) -> float:
     return seconds / total_steps * 1000
 
 
-def speedups(result: TrainResult, backend: str, key: str = "learn") -> list[float]:
-    """DummyVecEnv's seconds over ``backend``'s, seed by seed (>1: faster than dummy); empty where
-    dummy did not run that seed."""
+def speedups(result: TrainResult, backend: str, key: str = "learn", ref: str = "dummy") -> list[float]:
+    """``ref``'s seconds over ``backend``'s, seed by seed (>1: ``backend`` is faster); empty where
+    ``ref`` did not run that seed."""
     runs = result.by_backend()
-    ref = {r.seed: per_k(r, result.total_steps, key) for r in runs.get("dummy", [])}
-    return [ref[r.seed] / per_k(r, result.total_steps, key) for r in runs[backend] if r.seed in ref]
+    base = {r.seed: per_k(r, result.total_steps, key) for r in runs.get(ref, [])}
+    return [base[r.seed] / per_k(r, result.total_steps, key) for r in runs[backend] if r.seed in base]
 
 
 _KEYS = ("learn", "rollout_s", "update_s", "step_s")
@@ -35,6 +35,24 @@ _KEYS = ("learn", "rollout_s", "update_s", "step_s")
 
 def _host(result: TrainResult) -> str:
     return host.describe(result.wake_up_us, result.floor_us)
+
+
+def _load(result: TrainResult) -> str | None:
+    loads = [r.other_cores for r in result.runs if r.other_cores is not None]
+    if not loads:
+        return None
+    median, most = statistics.median(loads), max(loads)
+    return f"other processes took {median:.2f} cores meanwhile (median; up to {most:.2f})"
+
+
+def _against_subproc(result: TrainResult) -> str | None:
+    """ShmVecEnv against SubprocVecEnv, the VecEnv it replaces: the ratio a user of the README's
+    env-steps figure compares with."""
+    runs = result.by_backend()
+    if "shm" not in runs or "subproc" not in runs:
+        return None
+    learn, rollout = (_spread(speedups(result, "shm", key, "subproc"), ".2f") for key in _KEYS[:2])
+    return f"learn {learn}x, rollouts {rollout}x"
 
 
 def _identical(result: TrainResult, backend: str) -> str:
@@ -73,6 +91,12 @@ def table(result: TrainResult) -> str:
         "seed by seed (>1: faster)"
     )
     lines.append(_host(result))
+    load = _load(result)
+    if load:
+        lines.append(f"{load}: above ~0.1 the host was busy and the ratios are a loaded host's")
+    against = _against_subproc(result)
+    if against:
+        lines.append(f"shm against subproc, seed by seed: {against}")
     dummy = result.by_backend().get("dummy")
     if dummy and result.cpus > 1:
         wall, step = (statistics.median(getattr(r, key) for r in dummy) for key in ("wall_s", "step_s"))
@@ -109,11 +133,22 @@ def markdown(result: TrainResult) -> str:
         learn, rollout, update = (fmt([per_k(r, k, key) for r in runs]) for key in _KEYS[:3])
         lines.append(f"| {b} | {learn} | {rollout} | {update} | {vs} | {rollout_vs} | {same} |")
     recipe = f" on the `{result.recipe}` recipe" if result.recipe else ""
+    load, against = _load(result), _against_subproc(result)
+    load = f" {load.capitalize()}." if load else ""
+    against = f" ShmVecEnv against SubprocVecEnv, seed by seed: {against}." if against else ""
+    dummy = result.by_backend().get("dummy", [])
+    share = (
+        f" The updates are {statistics.median(r.update_s / (r.rollout_s + r.update_s) for r in dummy):.0%} "
+        "of DummyVecEnv's learn time, the same work whatever the VecEnv: only the rollouts can go faster."
+        if dummy
+        else ""
+    )
     lines += [
         "",
         f"{result.policy}{recipe}, {result.env}, {result.n_envs} envs, `model.learn({k})` per run, seeds "
         f"{', '.join(map(str, result.seeds))} (medians, range over the seeds), {result.cpus} CPUs; learn = "
         "rollouts + updates, start-up left out; \"vs\": DummyVecEnv's time over the VecEnv's, seed by "
-        f"seed (>1: faster). {_host(result)}. Measured by `{result.command or 'shmvec bench --train'}`.",
+        f"seed (>1: faster).{against} {_host(result)}.{load} Measured by "
+        f"`{result.command or 'shmvec bench --train'}`." + share,
     ]
     return "\n".join(lines) + "\n"
