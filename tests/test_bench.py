@@ -147,6 +147,7 @@ def test_train_dummy_and_shm_learn_identical_parameters():
         r.step_s < r.rollout_s and r.update_s > 0 and r.rollout_s + r.update_s < r.wall_s for r in result.runs
     )
     assert result.wake_up_us is not None and result.wake_up_us > 0
+    assert all(r.other_cores is not None and r.other_cores >= 0 for r in result.runs)
     stored = json.loads(json.dumps(result.to_dict()))
     assert TrainResult.from_dict(stored).to_dict() == stored
     assert "1/1 seeds" in table(result)
@@ -371,3 +372,32 @@ def test_the_host_line_carries_the_wake_up_cost_and_the_emulator_floor():
     )
     require("ale_py", 'pip install -e ".[atari]"')
     assert host.emulator_floor_us("PongNoFrameskip-v4", steps=200) > 0
+
+
+@pytest.mark.parametrize("page", ["benchmarks.md", "guides/choosing.md"])
+def test_the_whole_training_table_is_rendered_from_the_committed_json(page):
+    from shmvec.bench.train import TrainResult
+    from shmvec.bench.train_report import markdown
+
+    result = TrainResult.from_dict(
+        json.loads((ROOT / "benchmarks" / "results" / "train_atari.json").read_text())
+    )
+    assert report.readme_block(ROOT / "docs" / page, "train_atari") == markdown(result), (
+        f"docs/{page}'s whole-training block is stale: shmvec bench --train --from-json "
+        "benchmarks/results/train_atari.json --readme docs/" + page
+    )
+    # What the table is for: the VecEnvs trained to the same parameters, the split measured.
+    assert set(result.by_backend()) == {"dummy", "subproc", "shm"}
+    assert result.problems() == []  # dummy and shm: the same parameters for every seed
+    assert all(r.rollout_s > 0 and r.update_s > 0 for r in result.runs)
+    assert result.wake_up_us is not None and result.floor_us is not None
+    # The ratio a reader of the README's "x SubprocVecEnv" compares with, taken here by hand.
+    runs = {(r.backend, r.seed): r for r in result.runs}
+    learn = sorted(
+        (runs["subproc", s].rollout_s + runs["subproc", s].update_s)
+        / (runs["shm", s].rollout_s + runs["shm", s].update_s)
+        for s in result.seeds
+    )
+    mid = learn[len(learn) // 2]  # three seeds: the median is the middle one
+    expected = f"SubprocVecEnv, seed by seed: learn {mid:.2f} ({learn[0]:.2f}-{learn[-1]:.2f})x"
+    assert expected in markdown(result)
