@@ -87,7 +87,7 @@ def run_sb3(
                     )
                     ends[kind] += 1
         for attr in STATE:
-            if ref.has_attr(attr):
+            if hasattr(ref.unwrapped.envs[0], attr):  # VecEnv.has_attr: SB3 >= 2.5
                 for i, (x, y) in enumerate(zip(got.get_attr(attr), ref.get_attr(attr))):
                     assert np.array_equal(x, y), f"get_attr({attr!r}) of env {i}"
     assert monitor_rows(tmp_path / "shm") == monitor_rows(tmp_path / "ref")
