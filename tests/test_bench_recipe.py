@@ -149,6 +149,17 @@ def test_cli_refuses_in_one_line(capsys, args, message):
     assert len(err) == 1 and err[0].startswith("shmvec bench: error: ") and message in err[0], err
 
 
+def test_training_on_the_recipe_defaults_to_what_sb3_can_train():
+    from shmvec.bench.train import check_train_args
+    from shmvec.cli.main import _parser, resolve_defaults
+
+    args = _parser().parse_args(["bench", "--train", "--recipe", "sb3-atari"])
+    resolve_defaults(args)
+    assert (args.env, args.n_envs) == ("PongNoFrameskip-v4", "8")
+    for backend in args.backends.split(","):  # ale-vec and envpool are not SB3 VecEnvs
+        check_train_args(args.env, [backend], "ppo:CnnPolicy", 8, 1024, [0], None, args.recipe)
+
+
 def test_native_line_counts_envs_and_says_why_not():
     one = [{"path": "sb3-atari+frame-stack", "reason": None, "envs": 8}]
     assert describe(one) == "native step: 8 of 8 envs (sb3-atari+frame-stack)"
