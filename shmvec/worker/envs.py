@@ -36,8 +36,8 @@ from shmvec.memory.ring import Ring
 from shmvec.native import NativeStatus
 from shmvec.wire import messages as m
 from shmvec.worker.envapi import check_reset, check_step, has_wrapper_attr, is_wrapped, make_env
-from shmvec.worker.native import adapt
 from shmvec.worker.process import GlobalRngs
+from shmvec.worker.step_paths import adapt
 
 if TYPE_CHECKING:
     from shmvec.worker.encoder import LeafEncoder
