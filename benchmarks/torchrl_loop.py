@@ -13,10 +13,9 @@ in ``--n`` envs, collected by TorchRL's ``Collector`` with its random policy (``
 - ``shm``: ``ShmTorchRLEnv([recipe] * n)``, shmvec's defaults (``n_workers``: one per usable CPU).
 
 ``--torch-threads N`` sets ``torch.set_num_threads(N)`` in the main process for every configuration
-(default: torch's own, one per CPU). On the 2-vCPU machine it matters: with two intra-op threads the
-Collector's ``torch.stack`` of each batch into its buffer competed with shmvec's two workers for the
-cores (profiled: ~0.3-0.5 s per 128-frame batch against ~5 ms with one thread), where ParallelEnv's
-eight workers had gone to sleep; see docs/guides/torchrl.md for both figures.
+(default: torch's own, one per CPU). On the 2-vCPU machine it matters for ``shm`` (docs/guides/torchrl.md
+has both runs' figures): with two intra-op threads the Collector's ``torch.stack`` of each batch into
+its buffer took 0.3-0.5 s beside shmvec's workers, against ~5 ms with one thread.
 
 Per run (each in a fresh interpreter, after ``--warm-up`` batches): env steps/s and the process
 tree's CPU µs per env step. Rounds are interleaved, the order rotating each round; ratios are taken

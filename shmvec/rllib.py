@@ -1,4 +1,4 @@
-"""RLlib: :class:`ShmEnvCreator`, shmvec as the vector env of RLlib's EnvRunners (``pip install shmvec[rllib]``).
+"""RLlib: :class:`ShmEnvCreator`, shmvec as the vector env of RLlib's EnvRunners (extra ``shmvec[rllib]``).
 
 RLlib's new API stack (``SingleAgentEnvRunner``, Ray 2.60) builds each EnvRunner's envs with
 ``gymnasium.make_vec(..., vectorization_mode=config.gym_env_vectorize_mode)``, registering an env

@@ -1,4 +1,4 @@
-"""TorchRL: :class:`ShmTorchRLEnv`, shmvec's envs as one batched TorchRL env (``pip install shmvec[torchrl]``).
+"""TorchRL: :class:`ShmTorchRLEnv`, shmvec's envs as one batched TorchRL env (extra ``shmvec[torchrl]``).
 
 TorchRL's ``GymWrapper`` already takes a batched Gymnasium ``VectorEnv``; this is a ``GymWrapper``
 over a :class:`~shmvec.ShmVectorEnv` that fixes what a bare ``GymWrapper(ShmVectorEnv(...))`` gets
@@ -102,7 +102,8 @@ class ShmTorchRLEnv(GymWrapper):
         # The batched space is (N, H, W, 3): GymWrapper would name it "observation", unlike the
         # single env it wraps in SerialEnv. from_pixels=True only picks the key here (the env
         # already returns its frames: no render wrapper is added, _build_env above saw False).
-        self.from_pixels = self.from_pixels or self._frames
+        if self._frames:
+            self.from_pixels = True
         return env
 
     def set_seed(self, seed: int | None = None, static_seed: bool = False) -> int | None:

@@ -149,6 +149,7 @@ FLOORS: list[tuple[str, ...]] = [
     ("shmvec.testing",),
     ("shmvec.bench", "shmvec.fidelity"),  # tools: they use the faces
     ("shmvec.vector_make",),
+    ("shmvec.torchrl", "shmvec.rllib"),  # adapters for other RL libraries: faces over ShmVectorEnv
     ("shmvec.vec_env", "shmvec.vector_env"),  # the faces
     ("shmvec.vector",),  # the Gymnasium face's mixins
     ("shmvec.engine",),

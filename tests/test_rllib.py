@@ -91,7 +91,9 @@ def assert_same_episodes(got: list, want: list) -> None:
 
 def losses(result: dict) -> dict:
     stats = result["learners"]["default_policy"]
-    return {key: float(stats[key]) for key in ("total_loss", "policy_loss", "vf_loss", "mean_kl_loss", "entropy")}
+    return {
+        key: float(stats[key]) for key in ("total_loss", "policy_loss", "vf_loss", "mean_kl_loss", "entropy")
+    }
 
 
 def run_ppo(name: str, creator, mode: str, seed: int) -> tuple[list, dict, list]:
@@ -121,7 +123,9 @@ def test_ppo_samples_and_trains_as_with_rllibs_own_vectorization(cluster):
     assert_same_episodes(got, want)
     assert np.isfinite(list(trained.values())).all()
     assert trained == reference
-    other, other_trained, _ = run_ppo("pixels-other", ShmEnvCreator(pixel_env, n_workers=2), VECTORIZE_MODE, 8)
+    other, other_trained, _ = run_ppo(
+        "pixels-other", ShmEnvCreator(pixel_env, n_workers=2), VECTORIZE_MODE, 8
+    )
     with pytest.raises(AssertionError, match="differ|episodes against"):
         assert_same_episodes(other, want)
     assert other_trained != reference

@@ -14,7 +14,7 @@ import pytest
 
 from shmvec.synthetic import SyntheticImageEnv
 from tests.envs import DictImageEnv
-from tests.helpers import require
+from tests.helpers import ROOT, require, run_script
 
 pytestmark = pytest.mark.rl_library
 
@@ -196,3 +196,16 @@ def test_breakout_recipe_equals_serial_env(torchrl, no_leaks):
     want = _collect(_serial(fns), seed=3, frames=1024, n_envs=8)
     assert np.asarray(got["next", "reward"]).any()
     assert_same_data(got, want)
+
+
+@pytest.mark.slow
+def test_the_guides_loop_runs(torchrl, tmp_path):
+    """The guide's whole loop (its ```py block: the docs' snippet test runs ```python blocks in a
+    stage without TorchRL) runs as written."""
+    import re
+
+    blocks = re.findall(r"^```py\n(.*?)^```", (ROOT / "docs/guides/torchrl.md").read_text(), re.S | re.M)
+    assert len(blocks) == 1
+    done = run_script(tmp_path / "loop.py", blocks[0], timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.count("torch.Size([8, 32, 4, 84, 84])") == 4, done.stdout
