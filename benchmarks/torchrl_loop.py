@@ -67,15 +67,9 @@ def tree_cpu_s() -> float:
     shmvec's, and whatever they started)."""
     import psutil
 
-    me = psutil.Process()
-    total = 0.0
-    for proc in [me, *me.children(recursive=True)]:
-        try:
-            t = proc.cpu_times()
-        except psutil.NoSuchProcess:
-            continue
-        total += t.user + t.system
-    return total
+    from shmvec.bench.system import cpu_snapshot
+
+    return cpu_snapshot(psutil.Process().children()).tree_s
 
 
 def measure(

@@ -63,7 +63,7 @@ def test_import_shmvec_loads_no_adapter_library():
     done = run_python(
         "-c",
         "import sys, shmvec, shmvec.vector_env, shmvec.rllib; "
-        "bad = [m for m in ('torchrl', 'tensordict', 'ray', 'shmvec.torchrl') if m in sys.modules]; "
+        "bad = [m for m in ('torch', 'torchrl', 'tensordict', 'ray', 'shmvec.torchrl') if m in sys.modules]; "
         "sys.exit(f'loaded: {bad}' if bad else 0)",
     )
     assert done.returncode == 0, done.stderr + done.stdout
