@@ -17,6 +17,9 @@ from shmvec.testing import EquivalenceReport, assert_equivalent
 from shmvec.testing.compare import Difference, InfoKeys, sb3_step_difference, value_difference
 from shmvec.testing.equivalence import sample_actions as sample_batch
 
+#: The adapters for other RL libraries (tests/test_import_graph.py: nothing in shmvec imports them).
+ADAPTERS = ("shmvec.tianshou", "shmvec.torchrl", "shmvec.rllib")
+
 
 def check(found: Difference | None, where: str = "") -> None:
     """Fail with what :mod:`shmvec.testing.compare` found, if anything."""
