@@ -126,7 +126,7 @@ class Tape:
 
     def record(self, name: str, row: int, index: int) -> np.ndarray:
         """Array ``name`` of record ``index`` (a count, taken modulo the depth) of row ``row``."""
-        return self.views[name][row, index % self.depth]
+        return self.views[name][row, index % self.depth, ...]  # a view even for a scalar record
 
     def commit(self, row: int, mark: int, step: int) -> None:
         """The writer's record at ``head`` is complete: give it its mark and step, then publish it."""

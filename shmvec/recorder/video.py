@@ -215,6 +215,7 @@ class VideoRecording:
         self.step_trigger, self.episode_trigger, self.step_name = step_trigger, episode_trigger, step_name
         self.encoding = encoding or Encoding()
         self.tape: Tape | None = None
+        self.order: m.RecordFrames | None = None
         self.encoder: Encoder | None = None
         self.names: dict[int, str] = {}  # step clips: tag -> file name
         self.step_id = 0
@@ -254,7 +255,8 @@ class VideoRecording:
                 if tag:
                     self._put(row, frame, tag)
                 episodes.append((0, tag, 1 if tag else 0))
-        self.engine.record((m.RecordFrames(tape.spec, trigger, self.video_length, tuple(episodes)),))
+        self.order = m.RecordFrames(tape.spec, trigger, self.video_length, tuple(episodes))
+        self.engine.record((*self.engine.recording, self.order))
         return True
 
     def _put(self, row: int, frame: np.ndarray, mark: int) -> None:
@@ -338,9 +340,17 @@ class VideoRecording:
     def _stop(self, why: str) -> None:
         self.stopped, self.recording = True, False
         self._want(0)
-        if not self.engine.closed:
-            self.engine.record(())
+        self._unrecord()
         warnings.warn(why, RecordingWarning, stacklevel=3)
+
+    def _unrecord(self) -> None:
+        """The workers stop writing this tape (when the engine still runs them)."""
+        engine = self.engine
+        if not engine.closed and self.order in engine.recording:
+            try:
+                engine.record(tuple(o for o in engine.recording if o is not self.order))
+            except Exception:  # the VecEnv failed meanwhile: its workers write nothing more anyway
+                pass
 
     @property
     def written(self) -> list[str]:
@@ -366,11 +376,7 @@ class VideoRecording:
                     stacklevel=3,
                 )
         if self.tape is not None:
-            if not self.engine.closed:
-                try:
-                    self.engine.record(())
-                except Exception:
-                    pass
+            self._unrecord()
             self.tape.close()
             self.tape = None
 
