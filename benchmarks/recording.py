@@ -86,13 +86,16 @@ def run(config: str, steps: int, every: int, length: int) -> float:
         env.close()
         shutil.rmtree(work, ignore_errors=True)
         return steps * N / elapsed
-    if config.startswith("shm"):
+    if config.startswith("shm") or config == "sb3-video-shm":
         options: dict[str, Any] = {"start_method": "fork"}  # the workers have ale-py registered
         if config not in ("shm-raw", "shm-dataset"):
             options["frame_stack"] = 4
         venv = make_atari_env(GAME, vec_env_cls=ShmVecEnv, vec_env_kwargs=options, **kwargs)
     else:
-        venv = VecFrameStack(make_atari_env(GAME, vec_env_cls=SubprocVecEnv, **kwargs), 4)
+        fork = {"start_method": "fork"}
+        venv = VecFrameStack(
+            make_atari_env(GAME, vec_env_cls=SubprocVecEnv, vec_env_kwargs=fork, **kwargs), 4
+        )
     if config == "shm-video":
         from shmvec.recording import VecVideoRecorder
 

@@ -24,12 +24,13 @@ class Encoding:
     :param codec: FFmpeg encoder (default ``"libx264"``, H.264 as moviepy writes it for SB3).
     :param pix_fmt: pixel format (default ``"yuv420p"``, what browsers and W&B play; it needs even
         sizes: an odd frame is padded by one black row or column).
-    :param options: encoder options (default ``{"preset": "veryfast", "crf": "23"}``).
+    :param options: encoder options (default ``{"preset": "ultrafast", "crf": "23"}``: ~0.2 ms of
+        CPU per 210x160 frame, about half of ``"veryfast"``'s, for files ~25% larger).
     """
 
     codec: str = "libx264"
     pix_fmt: str = "yuv420p"
-    options: dict[str, str] = field(default_factory=lambda: {"preset": "veryfast", "crf": "23"})
+    options: dict[str, str] = field(default_factory=lambda: {"preset": "ultrafast", "crf": "23"})
 
     @classmethod
     def lossless(cls) -> Encoding:

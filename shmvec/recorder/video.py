@@ -318,9 +318,6 @@ class VideoRecording:
             self._want(self.tag)
         else:
             self._want(0)
-            return
-        if self.encoder is not None:
-            self.encoder.wake()
 
     def after_step(self) -> None:
         """After the face's step."""
@@ -331,6 +328,8 @@ class VideoRecording:
         self.tag += 1
         self.names[self.tag] = self.step_name(self.name_prefix, step_id, self.video_length)
         self.recording, self.frames = True, 1
+        if self.encoder is not None:
+            self.encoder.wake()  # it polls the tape while a clip is open (frames in batches, not one by one)
 
     def _check(self) -> None:
         encoder = self.encoder
