@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import warnings
 
 import gymnasium as gym
@@ -22,7 +23,7 @@ from tests.helpers import require
 minari = require("minari", "pip install 'shmvec[record]'")
 require("jax", "pip install 'minari[create]' (Minari's DataCollector needs it)")
 
-from shmvec.recording import record_dataset  # noqa: E402
+from shmvec.recording import RecordingWarning, record_dataset  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -202,3 +203,26 @@ class TextEnv(gym.Env):
 
     def step(self, action):
         return "b", 0.0, False, False, {}
+
+
+def test_full_disk_warns_training_goes_on_and_leaves_nothing(tmp_path, monkeypatch, no_leaks):
+    if os.geteuid() != 0:
+        message = "a small tmpfs stands for the full disk: mounting one needs root"
+        pytest.fail(message) if os.environ.get("CI") else pytest.skip(message)
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(disk)], check=True)
+    try:
+        monkeypatch.setenv("MINARI_DATASETS_PATH", str(disk))
+        venv = ShmVecEnv([lambda: DictImageEnv(size=32)] * 2)
+        recording = record_dataset(venv, "test/full-v0")
+        venv.reset()
+        for _ in range(400):  # ~3 KB a step: past 512 KB (HDF5 may kill the side process then)
+            venv.step(np.zeros((2, 2), np.float32))
+        with pytest.warns(RecordingWarning, match="not written"):
+            assert recording.finish() is None
+        venv.step(np.zeros((2, 2), np.float32))  # training goes on
+        venv.close()
+        assert os.listdir(disk) == []
+    finally:
+        subprocess.run(["umount", str(disk)], check=True)

@@ -6,6 +6,8 @@ step goes through it or through the pipes."""
 from __future__ import annotations
 
 import multiprocessing
+import shutil
+import tempfile
 import warnings
 from collections.abc import Sequence
 from typing import Any
@@ -103,11 +105,15 @@ class DatasetRecording:
         ]
         spec = engine.call(lambda local: m.GetAttr(local, "spec"), self.env_ids[:1])[0]
         settings = Settings(dataset_id, single_obs, single_act, spec, codec == "jpeg", data_format, metadata)
+        self.final = get_dataset_path(dataset_id)
+        # The side process builds the dataset here; on failure (it may die: HDF5 on a full disk)
+        # this process removes it.
+        self.tmp = tempfile.mkdtemp(dir=get_dataset_path(), prefix=".shmvec-")
         self.tape = Tape.create(records, self.env_ids, depth)
         context = multiprocessing.get_context("spawn")  # minari and h5py in a process of their own
         self._conn, child = context.Pipe()
         self.process = context.Process(
-            target=write, args=(child, self.tape.spec, settings), name="shmvec-dataset", daemon=True
+            target=write, args=(child, self.tape.spec, settings, self.tmp), name="shmvec-dataset", daemon=True
         )
         try:
             self.process.start()
@@ -117,6 +123,7 @@ class DatasetRecording:
         except BaseException:
             self._stop_process()
             self.tape.close()
+            shutil.rmtree(self.tmp, ignore_errors=True)
             raise
         self.path: str | None = None
         self.stats: dict[str, int] = {}
@@ -143,9 +150,11 @@ class DatasetRecording:
             reply = ("failed", f"the side process died (exit code {self.process.exitcode})")
         self._stop_process()
         self.tape.close()
+        shutil.rmtree(self.tmp, ignore_errors=True)
         if reply[0] == "done":
             self.path, self.stats = reply[1], reply[-1]
         else:
+            shutil.rmtree(self.final, ignore_errors=True)  # it did not exist before: a partial move
             warnings.warn(f"the dataset was not written: {reply[1]}", RecordingWarning, stacklevel=2)
         return self.path
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 import warnings
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
@@ -118,6 +117,10 @@ class Episodes:
             self.done.append((step, tape.spec.env_ids[row], episode))
             self.open[row] = None
 
+    def cut_off(self) -> list[int]:
+        """The envs whose writer stopped (the tape stayed full): their last episode was dropped."""
+        return [self.tape.spec.env_ids[r] for r in range(len(self.open)) if self.tape.want[r] == -1]
+
     def ready(self, everything: bool) -> list[tuple[int, dict[str, Any]]]:
         """The ended episodes to write now, in the order they ended (step, then env): those no row
         can still precede (all, when ``everything``)."""
@@ -171,19 +174,16 @@ def fidelity(storage: Any, kept: dict[int, list[np.ndarray]], jpeg: bool, n_obs:
     }
 
 
-def write(conn: Connection, spec: Any, settings: Settings) -> None:
-    """The side process: write the tape's episodes until told to finish, then finish the dataset.
-    Replies ``("done", path, stats)`` or ``("failed", message)``; nothing is left under the
-    dataset's id on failure."""
+def write(conn: Connection, spec: Any, settings: Settings, tmp: str) -> None:
+    """The side process: write the tape's episodes into the folder ``tmp`` until told to finish,
+    then finish the dataset. Replies ``("done", path, stats)`` or ``("failed", message)``; on
+    failure the main process removes ``tmp`` (this process may die writing: HDF5 on a full disk)."""
     from minari.data_collector.callbacks import EpisodeMetadataCallback
     from minari.dataset.minari_storage import MinariStorage
-    from minari.storage import get_dataset_path
     from minari.utils import _generate_dataset_metadata, _generate_dataset_path
 
     tape = Tape.attach(spec)
     finishing = False
-    root = get_dataset_path()
-    tmp = tempfile.mkdtemp(dir=root, prefix=".shmvec-")
     final: str | None = None
     try:
         storage = MinariStorage.new(
@@ -216,6 +216,7 @@ def write(conn: Connection, spec: Any, settings: Settings) -> None:
             )  # fmt: skip
         metadata["shmvec_fidelity"] = fidelity(storage, kept, settings.jpeg, episodes.n_obs)
         metadata["shmvec_dropped_episodes"] = episodes.dropped
+        metadata["shmvec_envs_cut_off"] = episodes.cut_off()
         metadata["shmvec_envs"] = list(spec.env_ids)
         storage.update_metadata(metadata)
         callback = EpisodeMetadataCallback()
@@ -223,7 +224,8 @@ def write(conn: Connection, spec: Any, settings: Settings) -> None:
         final = str(_generate_dataset_path(settings.dataset_id))
         for name in os.listdir(tmp):
             shutil.move(os.path.join(tmp, name), os.path.join(final, name))
-        conn.send(("done", os.path.dirname(final), {"episodes": written, "dropped": episodes.dropped}))
+        stats = {"episodes": written, "dropped": episodes.dropped, "envs_cut_off": episodes.cut_off()}
+        conn.send(("done", os.path.dirname(final), stats))
     except BaseException as exc:  # noqa: BLE001 - a full disk, Minari refusing: said once, training goes on
         if final is not None:
             shutil.rmtree(os.path.dirname(final), ignore_errors=True)

@@ -12,7 +12,8 @@
 A worker without a recording holds no tap: its step checks one attribute and writes nothing. A
 frame that cannot be captured (``render()`` failed or gave another shape, or the reader left the
 tape full for :data:`WAIT_S`) ends its clip as cut short; a step tape left full drops that env's
-records until its next reset (the reader drops the torn episode). Training goes on either way.
+records for good (its ``want`` word says so; the reader drops the torn episode). Training goes on
+either way, after one wait of :data:`WAIT_S` per env at most.
 
 Imported by workers: numpy, cloudpickle and shmvec's memory and wire only.
 """
@@ -195,13 +196,14 @@ class StepTap:
         }
         self.n_obs = sum(1 for name in tape.spec.record_fields() if name.startswith("obs"))
         self.gap = dict.fromkeys(self.rows.values(), False)  # records dropped since the last reset
+        self.off = dict.fromkeys(self.rows.values(), False)  # the reader left it full: no more records
         # Go on from the stamps a worker before this one (restart mode) left.
         self.steps = {r: int(tape.step[r, (tape.head[r] - 1) % tape.depth]) + 1 for r in self.rows.values()}
 
     def reset(self, i: int, obs: list[Any], seed: int | None) -> None:
         """Env ``i`` was reset to ``obs`` (its fixed-size leaves) with ``seed``."""
         row = self.rows.get(i)
-        if row is None:
+        if row is None or self.off[row]:
             return
         self.gap[row] = False
         self._put(row, obs, RESET if seed is None else RESET_SEEDED, seed=seed)
@@ -228,7 +230,9 @@ class StepTap:
     ) -> None:
         tape = self.tape
         if not _wait_for_room(tape, row):
-            self.gap[row] = True  # the episode is torn: nothing more of it until the next reset
+            # The reader is gone or far behind: this env's records stop here (once: no wait per step).
+            self.gap[row] = self.off[row] = True
+            tape.want[row] = -1
             return
         head = tape.head[row]
         for j in range(self.n_obs):
