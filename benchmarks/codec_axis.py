@@ -12,8 +12,7 @@ def codec_options(config: str) -> dict[str, Any]:
     needs a tolerance: max error 255 never trips on uint8, so training sees what the codec gives."""
     if not config.startswith("shm+"):
         return {}
-    from shmvec.codecs import parse
-    from shmvec.fidelity import Tolerance
+    from shmvec.codecs import Tolerance, parse
 
     codec = parse(config[len("shm+") :])
     return {"codec": codec} | ({} if codec.lossless else {"tolerance": Tolerance(max_abs_error=255)})

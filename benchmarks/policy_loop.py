@@ -90,7 +90,7 @@ def measure(config: str, args: argparse.Namespace) -> dict[str, float]:
 
     gym.register_envs(ale_py)
     if config == "shm-late":  # this interpreter is the run's own (--one): the patch ends with it
-        from shmvec.openmp import OpenMPPauser
+        from shmvec.engine.openmp import OpenMPPauser
 
         OpenMPPauser.start = lambda self: None  # type: ignore[method-assign]
     probe = VecFrameStack(make_atari_env("PongNoFrameskip-v4", n_envs=1, seed=0), args.n_stack)

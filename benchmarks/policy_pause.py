@@ -1,4 +1,4 @@
-"""When pausing the policy's OpenMP threads (``pause_openmp``, see ``shmvec.openmp``) pays, and when not.
+"""When pausing the policy's OpenMP threads (``pause_openmp``, see ``shmvec.engine.openmp``) pays, and when not.
 
     flock /tmp/bench.lock python benchmarks/policy_pause.py --rounds 5 --loops step,pool,pool-full \
         --markdown benchmarks/results/policy_pause.md
@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from shmvec import ShmVecEnv, ShmVectorEnv
-from shmvec.openmp import PolicyThreads
+from shmvec.engine.openmp import PolicyThreads
 from shmvec.synthetic import SyntheticImageEnv
 
 ENVS = {

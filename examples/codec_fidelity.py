@@ -56,7 +56,7 @@ def main() -> None:
     probe_env.close()
 
     # Lossless and the best ratio on Atari frames: train with it. A lossy codec here would need
-    # tolerance=fidelity.Tolerance(min_psnr_db=...), or ShmVecEnv refuses it.
+    # tolerance=codecs.Tolerance(min_psnr_db=...), or ShmVecEnv refuses it.
     venv = VecTransposeImage(ShmVecEnv([make_env] * args.n_envs, codec="delta", verify_every=50))
     try:
         model = PPO("CnnPolicy", venv, n_steps=128, batch_size=128, seed=0, verbose=1)

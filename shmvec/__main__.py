@@ -1,6 +1,6 @@
-"""``python -m shmvec`` runs the command-line interface (see :mod:`shmvec.cli`)."""
+"""``python -m shmvec`` runs the command-line interface (see :mod:`shmvec.cli.main`)."""
 
-from shmvec.cli import main
+from shmvec.cli.main import main
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -26,8 +26,8 @@ from shmvec.engine.options import Options
 from shmvec.errors import NoPendingCallError
 from shmvec.memory.layout import assemble, terminal_obs
 from shmvec.native import NativeStatus
-from shmvec.vector_calls import CallMethods
-from shmvec.vector_pool import PoolMethods, batch_infos
+from shmvec.vector.calls import CallMethods
+from shmvec.vector.pool import PoolMethods, batch_infos
 from shmvec.wire import messages as m
 
 _MODES = {
@@ -84,12 +84,12 @@ class ShmVectorEnv(CallMethods, PoolMethods, VectorEnv):
 
     ``frame_stack=K`` stacks each env's last K observations in its worker, by SB3's ``VecFrameStack``
     rules (stack axis, zeros at the start of every episode): the results equal ``SyncVectorEnv`` over
-    the same envs each wrapped in :class:`shmvec.frame_stack.FrameStack`, in every autoreset mode;
+    the same envs each wrapped in :class:`shmvec.worker.frame_stack.FrameStack`, in every autoreset mode;
     ``final_obs`` (``SAME_STEP``) is the stack that ends with the terminal observation.
 
-    Pool mode's ``async_reset`` / ``send`` / ``recv`` come from :class:`~shmvec.vector_pool.PoolMethods`,
+    Pool mode's ``async_reset`` / ``send`` / ``recv`` come from :class:`~shmvec.vector.pool.PoolMethods`,
     the env calls (``call``, ``get_attr``, ``set_attr``, ``render``...) from
-    :class:`~shmvec.vector_calls.CallMethods`.
+    :class:`~shmvec.vector.calls.CallMethods`.
 
     In restart mode a rebuilt env ends its episode with ``truncations[i] = True`` and the
     info keys ``shmvec.restarted`` / ``shmvec.restart_reason``; its observation in that step is the last one
@@ -263,7 +263,7 @@ class ShmVectorEnv(CallMethods, PoolMethods, VectorEnv):
 
         :param actions: a batch of :attr:`action_space`, split per env as SyncVectorEnv splits it:
             ``actions[i]`` for an array space, the ``i``-th element of every leaf for a Tuple or
-            Dict space (see :func:`shmvec.vector_pool.per_env_actions`).
+            Dict space (see :func:`shmvec.vector.pool.per_env_actions`).
         :raises ValueError: if there are not ``num_envs`` actions (before any env steps).
         :raises RuntimeError: in pool mode (``batch_size < num_envs``).
         """

@@ -246,7 +246,7 @@ def test_matrix_verdicts_name_the_fastest_multi_process_backend():
 def test_bad_arguments_fail_before_heavy_imports():
     # A typo must not cost the seconds that importing SB3 and torch takes.
     code = (
-        "import sys; from shmvec.cli import main; "
+        "import sys; from shmvec.cli.main import main; "
         "rc = main(['bench', '--n-envs', '0']); print(rc, 'torch' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
@@ -255,7 +255,7 @@ def test_bad_arguments_fail_before_heavy_imports():
 
 
 def test_default_start_method_is_the_librarys():
-    from shmvec._start_methods import default_start_method
+    from shmvec.engine.start_methods import default_start_method
 
     assert BenchSpec().start_method is None  # resolved when measuring: the library's default
     assert default_start_method() == "forkserver"

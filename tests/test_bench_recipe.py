@@ -22,7 +22,7 @@ from shmvec.bench.compare import cells, side_by_side
 from shmvec.bench.envs import env_factory
 from shmvec.bench.recipes import FRAME_STACK, atari_settings, check_recipe, recipe_env
 from shmvec.bench.report import WIDTH, native_line
-from shmvec.cli import main
+from shmvec.cli.main import main
 from tests.helpers import ROOT, assert_obs_equal
 
 PONG = "PongNoFrameskip-v4"

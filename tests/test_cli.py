@@ -11,8 +11,8 @@ import pytest
 
 import shmvec
 from shmvec import codecs
-from shmvec._start_methods import default_start_method, resolve_start_method
-from shmvec.cli import main
+from shmvec.cli.main import main
+from shmvec.engine.start_methods import default_start_method, resolve_start_method
 from tests.helpers import ROOT
 
 
@@ -65,7 +65,7 @@ def test_start_method_choices():
 UNGUARDED = """
 import multiprocessing as mp
 
-from shmvec._start_methods import exit_if_reimported_main
+from shmvec.engine.start_methods import exit_if_reimported_main
 
 
 def start():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from shmvec.cli import main
+from shmvec.cli.main import main
 
 TINY = "tests.envs:TinyImageEnv"
 

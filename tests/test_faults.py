@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from shmvec import ClosedError, EnvError, EnvTimeoutError, ShmVecEnv, WorkerCrashedError
-from shmvec.restart import REASON_KEY, RESTARTED_KEY, restart_seed
+from shmvec.engine.restart import REASON_KEY, RESTARTED_KEY, restart_seed
 from tests.envs import CRASHES, FaultyEnv, Gate
 from tests.helpers import assert_obs_equal, wait_until
 
@@ -218,7 +218,7 @@ def test_restart_limit_raises(no_leaks):
 def test_restart_budget_window(monkeypatch):
     """Two restarts within any 0.25 s: a third counts once the first is more than 0.25 s old (the
     budget's clock is the test's; times exact in binary)."""
-    from shmvec import restart
+    from shmvec.engine import restart
 
     now = [0.0]
     monkeypatch.setattr(restart, "time", types.SimpleNamespace(monotonic=lambda: now[0]))

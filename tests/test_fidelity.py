@@ -12,7 +12,8 @@ import pytest
 
 from shmvec import FidelityError, FidelityWarning, ShmVecEnv
 from shmvec import codecs as C
-from shmvec.fidelity import Tolerance, check, collect_frames, policy_effect, roundtrip
+from shmvec.codecs import Tolerance
+from shmvec.fidelity import check, collect_frames, policy_effect, roundtrip
 from shmvec.synthetic import SyntheticImageEnv
 from tests.envs import TinyImageEnv
 
@@ -141,7 +142,7 @@ def test_policy_effect_with_a_callable(tiny_frames):
 
 
 def test_codecs_command(tmp_path, capsys, small_cnn_model):
-    from shmvec.cli import main
+    from shmvec.cli.main import main
 
     model_path = tmp_path / "model.zip"
     small_cnn_model.save(model_path)
@@ -158,19 +159,19 @@ def test_codecs_command(tmp_path, capsys, small_cnn_model):
 
 
 def test_codecs_command_bad_input(capsys):
-    from shmvec.cli import main
+    from shmvec.cli.main import main
 
     assert main(["codecs", "--env", "tests.envs:TinyImageEnv", "--steps", "5", "--codec", "nope"]) == 2
     assert "unknown codec 'nope'" in capsys.readouterr().err
 
 
 def test_camera_frames_are_hard_for_lossless_codecs():
-    from shmvec.fidelity import default_codecs
+    from shmvec.fidelity import candidate_codecs
     from shmvec.synthetic import CameraEnv
 
     frames = collect_frames(functools.partial(CameraEnv, (64, 64, 3)), 6)
     assert frames.shape == (6, 64, 64, 3) and frames.dtype == np.uint8
     assert not np.array_equal(frames[1], frames[2])  # sensor noise: every frame differs
-    names = [c.name for c in default_codecs(frames.shape[1:], frames.dtype)]
+    names = [c.name for c in candidate_codecs(frames.shape[1:], frames.dtype)]
     assert {"raw", "lz4", "delta", "png", "jpeg"} <= set(names)
     assert check("delta", frames, warmup=0).compression_ratio < 3

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 from shmvec import codecs as C
-from shmvec.cli import main
+from shmvec.cli.main import main
 from shmvec.codecs.base import Codec, byte_view, nbytes, out_bytes
 from shmvec.fidelity import closed_loop, roundtrip
-from shmvec.fidelity_loop import paired_ci95
+from shmvec.fidelity.loop import paired_ci95
 from tests.envs import TinyImageEnv
 
 PIXEL = (3, 5)

@@ -1,4 +1,4 @@
-"""Codecs that encode and decode in place (:mod:`shmvec.codecs.native`, the Reader's decoded slots):
+"""Codecs that encode and decode in place (:mod:`shmvec.codecs.clib`, the Reader's decoded slots):
 bit-exact round trips, interchangeable with the Python bindings' formats, and no allocation per
 frame (counted with tracemalloc)."""
 
@@ -13,7 +13,7 @@ import pytest
 
 from shmvec import ShmVecEnv
 from shmvec import codecs as C
-from shmvec.codecs import native
+from shmvec.codecs import clib
 from shmvec.codecs.base import CodecError
 from shmvec.synthetic import SyntheticImageEnv
 from tests.helpers import require
@@ -50,8 +50,8 @@ def frames(kind: str, n: int, seed: int = 0) -> list[np.ndarray]:
 def test_native_functions_are_found():
     """The wheels installed with ``shmvec[codecs]`` export the C functions; if a new release hid them,
     the codecs would silently fall back to the copying path."""
-    assert native.lz4() is not None
-    assert native.zstd() is not None
+    assert clib.lz4() is not None
+    assert clib.zstd() is not None
 
 
 @pytest.mark.parametrize("size", [1, 7, 4096, 100_800])

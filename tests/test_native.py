@@ -131,7 +131,7 @@ def test_check_finite_sees_what_step_into_wrote(no_leaks):
 )
 @pytest.mark.parametrize("dtype", [np.uint8, np.float32])
 def test_stack_kernel_equals_numpy(shape, n, dtype):
-    from shmvec.frame_stack_kernel import interleave
+    from shmvec.worker.frame_stack_kernel import interleave
 
     frames = (np.random.default_rng(0).random((n, *shape)) * 200).astype(dtype)
     for oldest in range(n):

@@ -20,7 +20,7 @@ from gymnasium import spaces
 from gymnasium.vector import SyncVectorEnv
 
 from shmvec import EnvError, ShmVecEnv
-from shmvec.restart import restart_seed
+from shmvec.engine.restart import restart_seed
 from tests.helpers import assert_obs_equal, require
 from tests.object_envs import SPACES, TEXT_IN_DICT, make_faulty_mission, make_object_env
 from tests.test_pool import check_trajectories, run_pool

@@ -1,4 +1,4 @@
-"""The main process's idle OpenMP threads are ended while workers step (shmvec.openmp).
+"""The main process's idle OpenMP threads are ended while workers step (shmvec.engine.openmp).
 
 Thread counts, not timings: the spin itself is measured by the benchmarks. Each case runs in a fresh
 interpreter so the torch thread pool it looks at is its own. When to pause (the decision, from the
@@ -67,7 +67,7 @@ def test_pause_ends_the_pool_and_the_next_region_restarts_it(tmp_path):
     out = _run(
         tmp_path,
         """
-from shmvec.openmp import OpenMPPauser, loaded_libgomp
+from shmvec.engine.openmp import OpenMPPauser, loaded_libgomp
 before = n_threads()
 first = work()
 with_pool = n_threads()
@@ -128,7 +128,7 @@ if __name__ == "__main__":
 
 
 def test_no_libgomp_listed_without_proc(tmp_path):
-    from shmvec.openmp import loaded_libgomp
+    from shmvec.engine.openmp import loaded_libgomp
 
     assert loaded_libgomp(str(tmp_path / "no-such-maps")) == []
     maps = tmp_path / "maps"
@@ -187,7 +187,7 @@ def test_a_pool_wrongly_judged_gone_is_paused_again_within_recheck_steps(tmp_pat
     out = _run(
         tmp_path,
         """
-from shmvec.openmp import OpenMPPauser
+from shmvec.engine.openmp import OpenMPPauser
 before = n_threads()
 pauser = OpenMPPauser()
 work()
@@ -308,7 +308,7 @@ if __name__ == "__main__":
 def test_thread_count_follows_threads_as_they_start_and_end():
     import threading
 
-    from shmvec.openmp import _thread_count
+    from shmvec.engine.openmp import _thread_count
 
     before = _thread_count()
     assert before == len(os.listdir("/proc/self/task"))
@@ -352,8 +352,8 @@ def test_start_makes_no_pool_in_a_runtime_the_policy_does_not_use(tmp_path):
         f"""
 import ctypes
 ctypes.CDLL({system!r})  # by path: a second copy beside torch's, as a bundled one would be
-import shmvec.openmp
-from shmvec.openmp import OpenMPPauser, loaded_libgomp
+import shmvec.engine.openmp
+from shmvec.engine.openmp import OpenMPPauser, loaded_libgomp
 pauser = OpenMPPauser()
 runtimes = pauser.runtimes()
 before = n_threads()

@@ -1,4 +1,4 @@
-"""When the main process's OpenMP threads are paused (shmvec.openmp.PolicyThreads): decided at each
+"""When the main process's OpenMP threads are paused (shmvec.engine.openmp.PolicyThreads): decided at each
 step from how busy the workers kept the cores, read from their clocks (WorkerClocks). The runtimes
 and clocks are stand-ins here, so that a decision is checked without timings; the real pool, ended
 and started again in a fresh interpreter, is tests/test_openmp.py's.
@@ -71,7 +71,7 @@ class _Phases:
 
 
 def _threads(cpus: int, runtimes: int = 1, pids=(11, 12), every: int = 1):
-    from shmvec.openmp import PolicyThreads
+    from shmvec.engine.openmp import PolicyThreads
 
     phases = _Phases()
     processes = [types.SimpleNamespace(pid=pid) for pid in pids]
@@ -179,7 +179,7 @@ def test_workers_that_wait_for_a_core_count_as_needing_it():
     import sys
     import time
 
-    from shmvec.openmp import WorkerClocks
+    from shmvec.engine.openmp import WorkerClocks
 
     cpu = min(os.sched_getaffinity(0))
     spin = f"import os, time; os.sched_setaffinity(0, {{{cpu}}}); print(flush=True)\nwhile True: pass"
@@ -220,7 +220,7 @@ def test_nothing_to_measure_always_pauses_and_no_runtime_reads_nothing():
 def test_live_pids_skips_unstarted_processes_and_gives_up_on_a_closed_one():
     import multiprocessing as mp
 
-    from shmvec.openmp import live_pids
+    from shmvec.engine.openmp import live_pids
 
     started, unstarted = types.SimpleNamespace(pid=7), mp.get_context("fork").Process(target=print)
     assert live_pids([started, unstarted]) == [7]

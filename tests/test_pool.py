@@ -21,7 +21,7 @@ import pytest
 from gymnasium import spaces
 
 from shmvec import ClosedError, PendingCallError, ShmVectorEnv
-from shmvec.vector_pool import _BatchInfos
+from shmvec.vector.pool import _BatchInfos
 from tests.envs import DictImageEnv, FaultyEnv
 from tests.helpers import assert_obs_equal
 from tests.info_envs import make_info_env

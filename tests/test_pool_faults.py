@@ -12,7 +12,7 @@ from contextlib import closing
 import pytest
 
 from shmvec import EnvError, EnvTimeoutError, ShmVectorEnv, WorkerCrashedError
-from shmvec.restart import REASON_KEY, RESTARTED_KEY
+from shmvec.engine.restart import REASON_KEY, RESTARTED_KEY
 from tests.envs import FaultyEnv
 from tests.helpers import assert_obs_equal
 from tests.test_pool import FAULTY, check_trajectories, make, run_pool

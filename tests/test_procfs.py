@@ -1,4 +1,4 @@
-"""``shmvec.procfs``: workers' ``/proc`` files read cheaply, closed when their process goes."""
+"""``shmvec.engine.procfs``: workers' ``/proc`` files read cheaply, closed when their process goes."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from shmvec.procfs import ProcFiles
+from shmvec.engine.procfs import ProcFiles
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="needs /proc")
 

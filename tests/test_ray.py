@@ -28,7 +28,7 @@ import gymnasium as gym  # noqa: E402
 from stable_baselines3.common.vec_env import DummyVecEnv  # noqa: E402
 
 from shmvec import CodecMismatchError, EnvTimeoutError, ShmVecEnv, ShmVectorEnv, WorkerCrashedError  # noqa: E402
-from shmvec.restart import RESTARTED_KEY  # noqa: E402
+from shmvec.engine.restart import RESTARTED_KEY  # noqa: E402
 from tests.conftest import shm_segments  # noqa: E402
 from tests.envs import DictImageEnv, SlowStepEnv, make_dict_env  # noqa: E402
 from tests.helpers import assert_obs_equal, assert_steps_equal, sample_actions  # noqa: E402

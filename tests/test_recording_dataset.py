@@ -43,7 +43,7 @@ def dict_image() -> gym.Env:
 
 
 def stacked_paint() -> gym.Env:
-    from shmvec.frame_stack import FrameStack
+    from shmvec.worker.frame_stack import FrameStack
 
     return FrameStack(PaintEnv(), 4)
 

@@ -14,8 +14,8 @@ import pytest
 from stable_baselines3.common.vec_env import DummyVecEnv
 
 from shmvec import ShmVecEnv
+from shmvec.engine.restart import REASON_KEY, RESTARTED_KEY
 from shmvec.memory.infos import InfoSchema, learn
-from shmvec.restart import REASON_KEY, RESTARTED_KEY
 from tests import vector_helpers
 from tests.helpers import assert_obs_equal, require, sample_actions
 from tests.info_envs import make_info_env, stable_info

@@ -12,7 +12,7 @@ import pytest
 from gymnasium.vector import SyncVectorEnv
 
 from shmvec import ClosedError, EnvError, EnvTimeoutError, WorkerCrashedError
-from shmvec.restart import RESTARTED_KEY, restart_seed
+from shmvec.engine.restart import RESTARTED_KEY, restart_seed
 from tests.envs import CRASHES, FaultyEnv
 from tests.helpers import assert_obs_equal
 from tests.vector_helpers import (

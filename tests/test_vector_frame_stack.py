@@ -1,5 +1,5 @@
 """``ShmVectorEnv(frame_stack=K)`` equals a stacking written out in this file over ``SyncVectorEnv``'s
-raw outputs (SB3's ``VecFrameStack`` rules, not :mod:`shmvec.frame_stack`, which the workers run),
+raw outputs (SB3's ``VecFrameStack`` rules, not :mod:`shmvec.worker.frame_stack`, which the workers run),
 array for array, in all three autoreset modes: zeros and the first observation at the start of
 every episode, the terminal stack in ``final_obs`` (``SAME_STEP``) and as the last observation
 (``DISABLED``, ``NEXT_STEP``)."""

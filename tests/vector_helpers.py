@@ -14,7 +14,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 
 import shmvec
-from shmvec.restart import REASON_KEY, RESTARTED_KEY
+from shmvec.engine.restart import REASON_KEY, RESTARTED_KEY
 from shmvec.synthetic import SyntheticImageEnv
 from shmvec.testing import assert_equivalent
 from shmvec.testing.compare import gymnasium_difference, value_difference

@@ -243,7 +243,7 @@ def make_vec_env(
         (default None: none); ignored by the others, so that one call builds every backend.
     :raises ValueError: for an unknown backend or start method, or stacking a backend that cannot.
     """
-    from shmvec._start_methods import resolve_start_method
+    from shmvec.engine.start_methods import resolve_start_method
 
     _check_known(backend)  # a recipe-only backend refuses other factories itself
     method = resolve_start_method(start_method)

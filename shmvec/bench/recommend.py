@@ -84,7 +84,7 @@ def spinning(result: BenchResult) -> dict[str, float]:
     with the cores it burned (``wait_cpu_s / wait_s``, median over repeats), by configuration label.
 
     Waiting should cost nothing; with a policy in the loop, what burns is the policy's OpenMP threads
-    spinning after the forward pass (see :mod:`shmvec.openmp`), on the cores the workers need.
+    spinning after the forward pass (see :mod:`shmvec.engine.openmp`), on the cores the workers need.
     """
     out = {}
     for p in result.points:

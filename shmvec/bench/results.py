@@ -8,12 +8,12 @@ from typing import Any
 
 import numpy as np
 
-from shmvec._start_methods import resolve_start_method
 from shmvec.bench.backends import check_backend, takes_batch, takes_workers
 from shmvec.bench.compare import side_by_side
 from shmvec.bench.policy import parse_policy
 from shmvec.bench.recipes import check_recipe
 from shmvec.bench.stats import Summary, summarize
+from shmvec.engine.start_methods import resolve_start_method
 
 # An env alone on a CPU less than this fraction of its step time waits (I/O, sleep) more than it computes.
 WAITING_CPU = 0.5

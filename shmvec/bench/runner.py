@@ -35,7 +35,6 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from shmvec._start_methods import resolve_start_method
 from shmvec.bench import system
 from shmvec.bench.backends import make_vec_env
 from shmvec.bench.envs import check_env_name
@@ -54,6 +53,7 @@ from shmvec.bench.results import (
     native_groups,
 )
 from shmvec.bench.stats import summarize
+from shmvec.engine.start_methods import resolve_start_method
 
 Progress = Callable[[int, int, str], None]
 

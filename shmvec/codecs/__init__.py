@@ -4,6 +4,7 @@
 Built-ins: ``raw``, ``lz4``, ``zstd`` (``level``), ``delta`` (``backend``, ``level``, ``key_every``),
 ``png`` (``level``), ``jpeg`` (``quality``), ``webp`` (``quality``, when OpenCV has it). Codec modules
 are imported on first use, so importing this package (which workers do) loads no compression library.
+:class:`Tolerance` is what a user accepts from a lossy one (``ShmVecEnv(..., tolerance=...)``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from shmvec.codecs.base import Codec, CodecError
+from shmvec.codecs.tolerance import Tolerance
 
 # name -> ("module:Class", modules that must import for it to work)
 _BUILTIN: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -148,6 +150,7 @@ __all__ = [
     "Codec",
     "CodecError",
     "CodecSpec",
+    "Tolerance",
     "available",
     "get",
     "missing",

@@ -2,7 +2,7 @@
 
 They take any dtype and shape. Both libraries release the GIL while they work, so a batch decodes in
 parallel threads. They compress and decompress straight into the caller's preallocated buffer (the
-ring row, the output array) through the libraries' C functions (:mod:`shmvec.codecs.native`): no
+ring row, the output array) through the libraries' C functions (:mod:`shmvec.codecs.clib`): no
 allocation per frame. Where those cannot be found, the Python bindings' ``bytes`` results are copied
 into the buffer instead.
 """
@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from shmvec.codecs import native
+from shmvec.codecs import clib
 from shmvec.codecs.base import Codec, CodecError, byte_view, nbytes, out_bytes
 
 
@@ -98,20 +98,20 @@ class LZ4Codec(ByteCodec):
 
     def compress_into(self, src: np.ndarray, out: np.ndarray) -> int:
         """Compress the flat ``uint8`` array ``src`` straight into ``out``; return the byte count."""
-        lib = native.lz4()
+        lib = clib.lz4()
         if lib is None:
             return super().compress_into(src, out)
-        n = lib.compress(native.address(src), native.address(out), src.size, out.size, self.acceleration)
+        n = lib.compress(clib.address(src), clib.address(out), src.size, out.size, self.acceleration)
         if n <= 0:
             raise CodecError(f"lz4: {src.size} bytes do not fit the {out.size}-byte buffer")
         return int(n)
 
     def decompress_into(self, data: np.ndarray, out: np.ndarray) -> None:
         """Decompress ``data`` straight into the flat ``uint8`` array ``out`` (exactly ``out.size`` bytes)."""
-        lib = native.lz4()
+        lib = clib.lz4()
         if lib is None:
             return super().decompress_into(data, out)
-        n = lib.decompress(native.address(data), native.address(out), data.size, out.size)
+        n = lib.decompress(clib.address(data), clib.address(out), data.size, out.size)
         if n != out.size:
             raise CodecError(f"lz4: corrupt data (decoded {n} bytes, expected {out.size})")
         return None
@@ -139,8 +139,8 @@ class ZstdCodec(ByteCodec):
             raise ValueError(f"zstd level must be between -7 and 22, got {level}")
         self.level = int(level)
         self._local = threading.local()
-        lib = native.zstd()
-        self._native = None if lib is None else native.ZstdContexts(lib)
+        lib = clib.zstd()
+        self._native = None if lib is None else clib.ZstdContexts(lib)
 
     def params(self) -> dict[str, Any]:
         """``{"level": ...}``: the zstd compression level."""
@@ -175,7 +175,7 @@ class ZstdCodec(ByteCodec):
             return super().compress_into(src, out)
         cctx, _ = self._native.get()
         lib = self._native.lib
-        n = lib.compress(cctx, native.address(out), out.size, native.address(src), src.size, self.level)
+        n = lib.compress(cctx, clib.address(out), out.size, clib.address(src), src.size, self.level)
         if n > out.size:  # zstd's error codes are the largest size_t values
             raise CodecError(f"zstd: {src.size} bytes do not fit the {out.size}-byte buffer")
         return int(n)
@@ -186,7 +186,7 @@ class ZstdCodec(ByteCodec):
             return super().decompress_into(data, out)
         _, dctx = self._native.get()
         lib = self._native.lib
-        n = lib.decompress(dctx, native.address(out), out.size, native.address(data), data.size)
+        n = lib.decompress(dctx, clib.address(out), out.size, clib.address(data), data.size)
         if n != out.size:
             raise CodecError(f"zstd: corrupt data (decoded {n} bytes or an error code, expected {out.size})")
         return None

@@ -4,7 +4,7 @@ Encoding a frame through Python costs a dozen small calls (views, the header's `
 ``ctypes`` call with its addresses): ~30 µs per Pong frame on the development machine, as much as the
 kernel's pass over the frame. Here numba calls ``LZ4_compress_fast`` / ``LZ4_decompress_safe`` itself,
 by symbol name (:class:`numba.types.ExternalFunction`, resolved in the library that
-:mod:`shmvec.codecs.native` found, so the compiled code can be cached), and writes or reads the
+:mod:`shmvec.codecs.clib` found, so the compiled code can be cached), and writes or reads the
 9-byte header, so a frame costs one dispatch. The bytes are those of the Python path:
 ``LZ4_compress_fast`` at the same acceleration, the same header.
 
@@ -20,7 +20,7 @@ import numba
 import numpy as np
 from numba import types
 
-from shmvec.codecs import native
+from shmvec.codecs import clib
 from shmvec.codecs.runs import _apply_runs, _encode_runs
 
 # Status codes of decode_frame (0: decoded).
@@ -31,7 +31,7 @@ _HEADER = 9
 
 def _load() -> bool:
     """Make lz4's symbols visible to numba's linker."""
-    lib = native.lz4_library()
+    lib = clib.lz4_library()
     if lib is None:
         return False
     import llvmlite.binding as llvm

@@ -9,12 +9,12 @@ from typing import Any
 
 import gymnasium as gym
 
-from shmvec._start_methods import exit_if_reimported_main
 from shmvec.engine import autoworkers
 from shmvec.engine.core import Engine
 from shmvec.engine.flights import FIRST_READY
 from shmvec.engine.groups import split_envs
 from shmvec.engine.options import Options, context
+from shmvec.engine.start_methods import exit_if_reimported_main
 from shmvec.transports.base import Transport
 
 

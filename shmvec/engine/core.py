@@ -4,7 +4,7 @@
 ``reset()`` resets every env (``async_reset()`` without waiting: :mod:`shmvec.engine.resets`). A
 synchronous step is ``send(actions) + recv()`` with every env: the same path as pool mode's partial
 batches (``batch_size < num_envs``); only how a batch is read differs (lent from one ring slot, or
-gathered from several: :mod:`shmvec.engine.reading`). The engine reaches its workers through a
+gathered from several: :mod:`shmvec.engine.batch_reader`). The engine reaches its workers through a
 transport (:mod:`shmvec.transports.base`), asks the fault policy (:func:`shmvec.engine.faults.judge`)
 what an outcome means and carries the verdict out: raise, or rebuild workers
 (:mod:`shmvec.engine.recovery`). Env calls (``get_attr``...) are in :mod:`shmvec.engine.calls`. A face
@@ -24,18 +24,18 @@ import numpy as np
 from shmvec.device import HostTensors
 from shmvec.engine import startup
 from shmvec.engine.batch import Batch
+from shmvec.engine.batch_reader import BatchReader
 from shmvec.engine.calls import CallInFlight, EnvCalls
 from shmvec.engine.faults import Phase, Verdict, judge
 from shmvec.engine.flights import FIRST_READY, Flights, check_count
 from shmvec.engine.groups import split_envs, usable_cpus
+from shmvec.engine.openmp import PolicyThreads
 from shmvec.engine.options import Options
-from shmvec.engine.reading import BatchReader
 from shmvec.engine.recovery import NOTHING_ENDED, Recovery
 from shmvec.engine.resets import Resets
 from shmvec.engine.slots import Slots
 from shmvec.engine.supervisor import Supervisor
 from shmvec.errors import ClosedError
-from shmvec.openmp import PolicyThreads
 from shmvec.transports.base import Outcome, Transport
 from shmvec.wire import messages as m
 
@@ -286,7 +286,7 @@ class Engine(EnvCalls, Resets):
             self.land(outcome)
         arrived = list(map(flights.ready.pop, workers))
         if self._openmp is not None:
-            # What the workers needed meanwhile decides later pauses (see shmvec.openmp).
+            # What the workers needed meanwhile decides later pauses (see shmvec.engine.openmp).
             self._openmp.after_step()
         ended = NOTHING_ENDED
         if self.supervisor.total:  # only once restart mode rebuilt a worker can a reply be Restarted

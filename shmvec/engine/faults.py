@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from shmvec.errors import EnvTimeoutError
-from shmvec.failures import add_note, env_error
 from shmvec.transports.base import Fault, Outcome
+from shmvec.transports.failures import add_note, env_error
 from shmvec.wire.messages import RemoteError
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from shmvec.engine.reader import Reader
+from shmvec.engine.obs_reader import Reader
 from shmvec.memory.layout import Leaf
 from shmvec.memory.ring import Ring
 

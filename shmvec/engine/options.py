@@ -13,16 +13,16 @@ from typing import TYPE_CHECKING, Any
 import gymnasium as gym
 import numpy as np
 
-from shmvec._start_methods import resolve_start_method
 from shmvec.codecs import Codec, CodecSpec
 from shmvec.engine.groups import usable_cpus
-from shmvec.frame_stack import ChannelsOrder, stacked_factory
+from shmvec.engine.restart import ON_CRASH_MODES, RestartBudget
+from shmvec.engine.start_methods import resolve_start_method
 from shmvec.memory.layout import Leaf
-from shmvec.restart import ON_CRASH_MODES, RestartBudget
 from shmvec.transports import can_pin, check_backend, choose_transport, default_codecs, has_procfs, supported
+from shmvec.worker.frame_stack import ChannelsOrder, stacked_factory
 
 if TYPE_CHECKING:
-    from shmvec.fidelity import Tolerance
+    from shmvec.codecs.tolerance import Tolerance
 
 AUTORESET_MODES = ("same_step", "next_step", "disabled")
 
@@ -66,7 +66,7 @@ class Options:
     intra-op pool on Linux) so that their spin-wait does not take a core the workers need; they are
     started again as soon as the step's replies are in. Only while the workers need the cores (their
     CPU clocks over recent steps); pool mode never pauses before steps that run while the policy
-    does. Default True; see :mod:`shmvec.openmp` for the measurements."""
+    does. Default True; see :mod:`shmvec.engine.openmp` for the measurements."""
     # ---------------------------------------------------------------- memory
     copy: bool = True
     """True (default): the observation arrays returned are yours; shmvec never writes to them while
@@ -126,7 +126,7 @@ class Options:
     """Stack this many consecutive observations of each env in its worker, giving exactly what
     ``VecFrameStack(venv, frame_stack)`` gives (observations, space and terminal observations)
     without the main process's per-step stacking work. Default None: no stacking. Box and
-    Dict-of-Box spaces; see :mod:`shmvec.frame_stack`."""
+    Dict-of-Box spaces; see :mod:`shmvec.worker.frame_stack`."""
     frame_stack_channels_order: ChannelsOrder = None
     """As ``VecFrameStack``'s ``channels_order``: ``"first"``, ``"last"``, None (default: channels
     first only for images whose smallest dimension is the first), or a mapping from Dict key to one
@@ -151,7 +151,7 @@ class Options:
     raw observation (lossy codecs: the raw observation itself) and the decoded one is checked against
     it: :class:`shmvec.CodecMismatchError` names env, step and key. 1: every frame; 0: never."""
     tolerance: Tolerance | None = None
-    """A :class:`shmvec.fidelity.Tolerance` (minimum PSNR and/or maximum absolute error, raise or
+    """A :class:`shmvec.codecs.Tolerance` (minimum PSNR and/or maximum absolute error, raise or
     warn) that a lossy codec's sampled frames must meet; without one a lossy codec is refused."""
     decode_threads: int | None = None
     """Threads decoding a batch in parallel (default None: as many as usable CPUs when every codec
@@ -164,7 +164,7 @@ class Options:
     raises during a step or reset is killed and rebuilt from its factories; its envs end their
     episode in that step as truncated, with ``info["shmvec.restarted"] = True`` and
     ``info["shmvec.restart_reason"]`` (a sentence). Other envs are unaffected. Needs ``n_slots >=
-    2``; see :mod:`shmvec.restart` for the seeds of rebuilt envs."""
+    2``; see :mod:`shmvec.engine.restart` for the seeds of rebuilt envs."""
     max_restarts: int = 10
     """Restart mode: worker restarts allowed within ``restart_window`` (default 10); one more raises
     the error that caused it and closes the env."""
@@ -279,7 +279,7 @@ class Options:
 
     def env_fns(self, env_fns: list[Callable[[], gym.Env]]) -> list[Callable[[], gym.Env]]:
         """The factories the workers call: with ``frame_stack``, each env comes out of its worker
-        already stacked (see :mod:`shmvec.frame_stack`), so the main process does no stacking work."""
+        already stacked (see :mod:`shmvec.worker.frame_stack`), so the main process does no stacking work."""
         if self.frame_stack is None:
             return env_fns
         return [
@@ -318,7 +318,7 @@ class Options:
             if codec is not None and not codec.lossless and self.tolerance is None:
                 raise ValueError(
                     f"codec {codec!r} for observation key {name!r} is lossy: the agent would see changed "
-                    "pixels. Pass tolerance=shmvec.fidelity.Tolerance(min_psnr_db=..., max_abs_error=...) "
+                    "pixels. Pass tolerance=shmvec.codecs.Tolerance(min_psnr_db=..., max_abs_error=...) "
                     "to accept it with sampled checks, or use a lossless codec (delta, lz4, zstd, png)."
                 )
         return None if all(c is None for c in codecs) else tuple(codecs)

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from shmvec.engine.faults import env_fault
-from shmvec.engine.reader import Reader
+from shmvec.engine.obs_reader import Reader
 from shmvec.engine.startup import relaunch
 from shmvec.engine.supervisor import Supervisor
 from shmvec.memory.ring import Ring
@@ -158,7 +158,7 @@ class Recovery:
 
     def retry_reset(self, w: int, cmd: m.Reset) -> tuple[m.ResetDone | None, BaseException | None]:
         """After worker ``w`` failed ``cmd`` and was rebuilt: reset it again with the same seeds
-        (unseeded envs: :func:`~shmvec.restart.restart_seed`); its reset infos, marked."""
+        (unseeded envs: :func:`~shmvec.engine.restart.restart_seed`); its reset infos, marked."""
         while True:
             reason = self.reason(w)
             seeds = self.supervisor.reset_seeds(w, cmd.seeds)

@@ -12,9 +12,9 @@ from typing import Any
 
 import numpy as np
 
+from shmvec.engine.batch_reader import BatchReader
 from shmvec.engine.flights import Flights
-from shmvec.engine.reader import Reader
-from shmvec.engine.reading import BatchReader
+from shmvec.engine.obs_reader import Reader
 from shmvec.engine.slots import Slots
 from shmvec.engine.supervisor import Supervisor
 from shmvec.memory.ring import Ring

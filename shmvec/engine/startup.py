@@ -15,8 +15,8 @@ from gymnasium import spaces
 from shmvec.codecs import Codec
 from shmvec.device import HostTensors, import_torch
 from shmvec.engine.faults import Phase, judge
+from shmvec.engine.obs_reader import Reader
 from shmvec.engine.options import Options
-from shmvec.engine.reader import Reader
 from shmvec.engine.slots import Slots
 from shmvec.engine.typed_infos import TypedInfos, columns_for
 from shmvec.errors import SpaceMismatchError

@@ -5,7 +5,7 @@ The supervisor decides and remembers; it calls nothing. :meth:`Supervisor.admit`
 fault may be rebuilt (the budget) or which error ends the run; the engine's recovery
 (:mod:`shmvec.engine.recovery`) does the work with the transport, the ring and the reader.
 Rebuilt envs are reset before their next step, with reproducible seeds
-(:func:`shmvec.restart.restart_seed`), and end their episode in that step as truncated with the
+(:func:`shmvec.engine.restart.restart_seed`), and end their episode in that step as truncated with the
 restart info keys.
 """
 
@@ -15,9 +15,9 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from shmvec.failures import add_note
-from shmvec.restart import REASON_KEY, RESTARTED_KEY, RestartBudget, restart_seed
+from shmvec.engine.restart import REASON_KEY, RESTARTED_KEY, RestartBudget, restart_seed
 from shmvec.transports.base import Fault
+from shmvec.transports.failures import add_note
 
 logger = logging.getLogger("shmvec")
 
@@ -25,7 +25,7 @@ logger = logging.getLogger("shmvec")
 class Supervisor:
     """Restart bookkeeping of one engine.
 
-    :param budget: restarts allowed (see :class:`shmvec.restart.RestartBudget`).
+    :param budget: restarts allowed (see :class:`shmvec.engine.restart.RestartBudget`).
     :param worker_envs: the env indices of each worker.
     """
 
@@ -63,7 +63,7 @@ class Supervisor:
 
     def reset_seeds(self, w: int, seeds: Sequence[int | None] | None = None) -> list[int | None]:
         """Seeds for the rebuilt envs of worker ``w``: the given ones where set, else
-        :func:`~shmvec.restart.restart_seed` of their last seed."""
+        :func:`~shmvec.engine.restart.restart_seed` of their last seed."""
         envs = self.worker_envs[w]
         given = seeds if seeds is not None else [None] * len(envs)
         return [

@@ -64,12 +64,14 @@ class RecordVideo(VectorWrapper):
         )  # fmt: skip
 
     def reset(self, *, seed: Any = None, options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
+        """Reset the envs (a step trigger may start a clip with the reset's frame)."""
         self.recorder.before_reset()
         result = self.env.reset(seed=seed, options=options)
         self.recorder.after_reset()
         return result
 
     def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
+        """Step the envs; the workers capture the frames of the clips recording."""
         self.recorder.before_step()
         try:
             result = self.env.step(actions)
@@ -81,6 +83,7 @@ class RecordVideo(VectorWrapper):
         return result
 
     def close(self, **kwargs: Any) -> None:
+        """Close the vector env, then finish the clips (one still recording: ``*.incomplete.mp4``)."""
         try:
             self.env.close(**kwargs)
         finally:

@@ -69,16 +69,19 @@ class VecVideoRecorder(VecEnvWrapper):
         return self.recorder.step_id
 
     def reset(self) -> VecEnvObs:
+        """Reset the envs; a clip starts here when the trigger says so (with the reset's frame)."""
         self.recorder.before_reset()
         obs = self.venv.reset()
         self.recorder.after_reset()
         return obs
 
     def step_async(self, actions: Any) -> None:
+        """Send the actions; this step's frame is captured when a clip is recording or starts."""
         self.recorder.before_step()
         self.venv.step_async(actions)
 
     def step_wait(self) -> VecEnvStepReturn:
+        """Wait for the step; a failure that closed the VecEnv ends the clip as incomplete."""
         try:
             result = self.venv.step_wait()
         except BaseException:
@@ -89,6 +92,7 @@ class VecVideoRecorder(VecEnvWrapper):
         return result
 
     def close(self) -> None:
+        """Close the VecEnv, then finish the clips (one still recording: ``*.incomplete.mp4``)."""
         try:
             VecEnvWrapper.close(self)
         finally:

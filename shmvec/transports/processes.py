@@ -12,8 +12,8 @@ import tempfile
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from shmvec.failures import crash_error, timeout_error
 from shmvec.transports.base import Fault, pickle_factories
+from shmvec.transports.failures import crash_error, timeout_error
 from shmvec.transports.resources import Resources
 from shmvec.worker.loop import worker_main
 from shmvec.worker.process import environ, thread_env

@@ -7,7 +7,7 @@ and then ``area[i] = value`` encodes env ``i``'s value into its row of the ring.
 
 Every ``verify_every``-th frame of an env (counted per env, step and terminal observations alike)
 the worker also writes ``zlib.crc32`` of the raw bytes, and for a lossy codec the raw observation
-itself; other frames get checksum -1. The main side is :class:`shmvec.engine.reader.Reader`, which
+itself; other frames get checksum -1. The main side is :class:`shmvec.engine.obs_reader.Reader`, which
 decodes and checks them.
 """
 

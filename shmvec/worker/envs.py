@@ -35,8 +35,8 @@ from shmvec.memory.ring import Ring
 from shmvec.native import NativeStatus
 from shmvec.wire import messages as m
 from shmvec.worker.envapi import check_reset, check_step, has_wrapper_attr, is_wrapped
-from shmvec.worker.native import adapt
 from shmvec.worker.process import GlobalRngs
+from shmvec.worker.step_paths import adapt
 from shmvec.worker.taps import Taps
 
 if TYPE_CHECKING:

@@ -40,8 +40,8 @@ except ImportError as exc:  # pragma: no cover - depends on what is installed
     raise ImportError(f'backend="ray" needs Ray: {install_hint("ray")} ({exc})') from None
 
 from shmvec.errors import WorkerCrashedError
-from shmvec.failures import timeout_error, worker_label
 from shmvec.transports.base import Fault, Outcome, pickle_factories
+from shmvec.transports.failures import timeout_error, worker_label
 from shmvec.transports.ray.actor import RayWorker, env_packages
 from shmvec.transports.ray.connection import connect, disconnect
 from shmvec.transports.ray.placement import Placement, placement_for

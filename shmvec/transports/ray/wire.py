@@ -4,7 +4,7 @@ An actor's worker writes into a ring of its own (:class:`PrivateRing`: plain arr
 one slot), exactly as a local worker writes into the shared ring. :func:`pack` turns that slot into
 a few arrays for one Ray return value; :func:`unpack`, in the main process, writes them into the
 engine's ring at the worker's rows and the step's slot. From there the engine's one read path
-(:class:`shmvec.engine.reader.Reader`) lends, decodes and checks them as it does for local workers,
+(:class:`shmvec.engine.obs_reader.Reader`) lends, decodes and checks them as it does for local workers,
 so crc verification, lossy-codec sampling, masked resets and restarts need nothing new.
 
 Per observation leaf: an object leaf (no fixed size) sends nothing here, its values are in the

@@ -1,7 +1,8 @@
 """Start methods: the default, checking a user's choice, and the missing ``__main__`` guard.
 
-Kept apart from the engine so that the command line can check ``--start-method`` without importing
-SB3 or torch, and so that the engine and the Gymnasium face share one definition.
+A module of its own that imports nothing of shmvec, so that the command line can check
+``--start-method`` without loading the rest of the engine, and so that the engine and the benchmark
+share one definition.
 """
 
 from __future__ import annotations

@@ -145,7 +145,7 @@ class StackedStep:
         self.interleave = None
         if stack.axis != 0 and sys.byteorder == "little":
             try:
-                from shmvec.frame_stack_kernel import interleave
+                from shmvec.worker.frame_stack_kernel import interleave
 
                 self.interleave = interleave
             except ImportError:  # no numba: NumPy interleaves (the stack's own into())

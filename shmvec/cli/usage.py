@@ -9,7 +9,7 @@ T = TypeVar("T")
 
 
 class UsageError(ValueError):
-    """Bad input (an option, an env name, an env that cannot be built): :func:`shmvec.cli.main` prints
+    """Bad input (an option, an env name, an env that cannot be built): :func:`shmvec.cli.main.main` prints
     it as one line. Anything else is a bug, in shmvec or in an env, and keeps its traceback."""
 
 

@@ -13,7 +13,6 @@ raw policy's own episode-to-episode spread (:meth:`ClosedLoopReport.verdict`).
 
 Actions are greedy (``model.predict(obs, deterministic=True)`` for SB3 models), so with a lossless
 codec both runs take the same actions and the difference is exactly 0.
-``PolicyEffect``, ``policy_effect``, ``closed_loop`` and ``ClosedLoopReport`` are also ``shmvec.fidelity``'s.
 Only numpy is imported at module level.
 """
 

@@ -52,7 +52,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from shmvec.procfs import ProcFiles
+from shmvec.engine.procfs import ProcFiles
 
 _OMP_PAUSE_SOFT = 1
 _LIBGOMP = re.compile(r"/libgomp[^/]*\.so[^/]*$")
@@ -214,7 +214,7 @@ class WorkerClocks:
     paused). The run time comes from the process CPU clock, which is up to date when read;
     schedstat's own run time is not (it lags by up to a scheduler tick for a thread that is running).
 
-    Each pid's ``/proc/<pid>/schedstat`` stays open between reads (:class:`~shmvec.procfs.ProcFiles`;
+    Each pid's ``/proc/<pid>/schedstat`` stays open between reads (:class:`~shmvec.engine.procfs.ProcFiles`;
     two workers are read at both ends of every fourth step); :meth:`close` closes them.
     """
 

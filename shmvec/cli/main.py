@@ -1,5 +1,5 @@
-"""Command-line interface: ``shmvec bench`` and ``shmvec codecs`` (:mod:`shmvec.cli_codecs`), also as
-``python -m shmvec``. Parsing and printing only."""
+"""The ``shmvec`` command's parser and entry point, and ``shmvec bench``; ``shmvec codecs`` is
+:mod:`shmvec.cli.codecs_command`. Parsing and printing only."""
 
 from __future__ import annotations
 
@@ -9,14 +9,14 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from shmvec.cli_usage import UsageError
-from shmvec.cli_usage import checked as _checked
+from shmvec.cli.usage import UsageError
+from shmvec.cli.usage import checked as _checked
 
 
 def _parser() -> argparse.ArgumentParser:
-    from shmvec._start_methods import available, default_start_method
     from shmvec._version import __version__
     from shmvec.bench.backends import describe_backends
+    from shmvec.engine.start_methods import available, default_start_method
 
     parser = argparse.ArgumentParser(
         prog="shmvec", description="Shared-memory VecEnv for Stable-Baselines3: tools."
@@ -132,7 +132,7 @@ def _parser() -> argparse.ArgumentParser:
         help="with --train: a return; say when each backend's seeds reached it (mean of the last 50 "
         "episodes)",
     )
-    from shmvec.cli_codecs import add_parser as add_codecs_parser
+    from shmvec.cli.codecs_command import add_parser as add_codecs_parser
 
     add_codecs_parser(sub)
     return parser
@@ -174,10 +174,10 @@ def _check_bench_args(args: argparse.Namespace) -> None:
 
     :raises UsageError: naming the option and what it accepts.
     """
-    from shmvec._start_methods import resolve_start_method
     from shmvec.bench.backends import backend_names, check_backend
     from shmvec.bench.policy import parse_policy
     from shmvec.bench.recipes import DEFAULT_ENV, check_recipe
+    from shmvec.engine.start_methods import resolve_start_method
 
     args.env = args.env or ("ALE/Pong-v5" if args.recipe is None else DEFAULT_ENV)
     if args.recipe is not None and args.train:
@@ -317,7 +317,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     try:
         if args.command == "codecs":
-            from shmvec.cli_codecs import run as codecs
+            from shmvec.cli.codecs_command import run as codecs
 
             return codecs(args)
         return _bench(args)

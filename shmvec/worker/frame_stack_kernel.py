@@ -3,7 +3,7 @@
 ``np.concatenate(..., axis=-1, out=...)`` interleaves the frames of a channels-last stack with a
 strided copy per frame: 8 µs for SB3's Atari stack (4 frames of 84x84x1). Here: 0.5 µs for stacks of
 4 one-byte channels (each pixel's 4 bytes written as one 32-bit word), ~3.5 µs otherwise. Imported by
-:class:`shmvec.frame_stack.StackedStep` when numba is installed; NumPy does the same without it.
+:class:`shmvec.worker.frame_stack.StackedStep` when numba is installed; NumPy does the same without it.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from shmvec.wire import messages as m
 
 class CallMethods:
     """The env-call methods of :class:`shmvec.ShmVectorEnv` (a mixin, as
-    :class:`shmvec.vector_pool.PoolMethods`)."""
+    :class:`shmvec.vector.pool.PoolMethods`)."""
 
     num_envs: int
 

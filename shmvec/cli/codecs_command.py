@@ -9,8 +9,8 @@ import json
 import os
 from typing import Any
 
-from shmvec.cli_usage import UsageError
-from shmvec.cli_usage import checked as _checked
+from shmvec.cli.usage import UsageError
+from shmvec.cli.usage import checked as _checked
 
 DEFAULT_EPISODES = 20
 
@@ -72,7 +72,7 @@ def _label(codec: str, params: dict[str, Any]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run ``shmvec codecs``; bad input is a :class:`shmvec.cli_usage.UsageError`."""
+    """Run ``shmvec codecs``; bad input is a :class:`shmvec.cli.usage.UsageError`."""
     _check(args)
     from shmvec import codecs as codec_registry
     from shmvec import fidelity
@@ -85,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
     if args.codec:
         chosen = [_checked(codec_registry.parse, c) for c in args.codec]
     else:
-        chosen = fidelity.default_codecs(frames.shape[1:], frames.dtype)
+        chosen = fidelity.candidate_codecs(frames.shape[1:], frames.dtype)
     model = None if args.model is None else _checked(fidelity.load_model, args.model, args.algo)
     loop = None
     if model is not None:  # first: a model for another env fails here, before the slow part

@@ -11,7 +11,7 @@ episode ended, whatever mix of leaves the space has, so restart mode, masked res
 Encoded leaves: each env's terminal observation (if its episode ended) is decoded before its step
 observation, the order the worker encoded them, and sampled frames are checked: a checksum
 mismatch raises :class:`~shmvec.errors.CodecMismatchError`, a lossy error beyond the user's
-:class:`~shmvec.fidelity.Tolerance` raises or warns. Envs are decoded in a thread pool when the
+:class:`~shmvec.codecs.Tolerance` raises or warns. Envs are decoded in a thread pool when the
 codecs release the GIL.
 """
 
@@ -34,7 +34,7 @@ from shmvec.memory.layout import Leaf
 from shmvec.memory.ring import Ring
 
 if TYPE_CHECKING:
-    from shmvec.fidelity import Tolerance
+    from shmvec.codecs.tolerance import Tolerance
 
 
 class _Decoded:
@@ -299,7 +299,7 @@ class Reader:
         )
 
     def _check_lossy(self, i: int, part: _Decoded, which: int, raw: np.ndarray, out: np.ndarray) -> None:
-        from shmvec.fidelity import errors
+        from shmvec.codecs.tolerance import errors
 
         assert self.tolerance is not None
         max_abs, _, _, psnr = errors(raw, out)

@@ -2,7 +2,7 @@
 :class:`~shmvec.engine.batch.Batch`.
 
 A batch of every worker, all in one ring slot (every synchronous step), is read from that slot by
-the :class:`~shmvec.engine.reader.Reader`: lent without a copy where a slot is free, terminal
+the :class:`~shmvec.engine.obs_reader.Reader`: lent without a copy where a slot is free, terminal
 observations of ended episodes included. Any other batch (pool mode) is gathered from the slots its
 groups wrote (:class:`~shmvec.engine.gather.Gather`). Either way the infos come from the replies
 (what crossed the pipe) and the ring's typed columns, and envs a restart ended carry their

@@ -1,21 +1,5 @@
-"""What a codec does to observations, measured: pixel errors, ratio, speed, and the policy's view.
-
-- :func:`check` runs a codec over a sequence of frames and returns a :class:`FidelityReport`.
-- :class:`Tolerance` is what a user accepts from a lossy codec inside ``ShmVecEnv``;
-  :func:`errors` is the comparison both use.
-- :func:`policy_effect` feeds raw and decoded frames to a policy (an SB3 model or any callable) and
-  reports how often its action changes, the largest change of its value estimate and the mean KL
-  divergence between its action distributions.
-- :func:`closed_loop` (module :mod:`shmvec.fidelity_loop`) lets the policy act on decoded
-  observations in the env, paired with the same episodes on raw ones: the return difference with a
-  95% CI and a verdict against the raw policy's episode-to-episode spread.
-- :func:`collect_frames` gathers real frames from an env with random actions (for the command line
-  and the tests).
-
-Only numpy is imported at module level; torch and SB3 are imported by :func:`policy_effect` alone.
-:class:`PolicyEffect`, :func:`policy_effect`, :func:`closed_loop` and :class:`ClosedLoopReport` live
-in :mod:`shmvec.fidelity_loop`.
-"""
+"""Codecs measured on a sequence of frames: :func:`check` (pixel errors, ratio, speed), :func:`compare`
+(several codecs, optionally with the policy's view), and the frames and models to measure with."""
 
 from __future__ import annotations
 
@@ -23,64 +7,13 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
 from shmvec.codecs import Codec, get
-
-# The policy's view (open and closed loop) has a module of its own; its names are shmvec.fidelity's too.
-from shmvec.fidelity_loop import ClosedLoopReport as ClosedLoopReport
-from shmvec.fidelity_loop import PolicyEffect as PolicyEffect
-from shmvec.fidelity_loop import closed_loop as closed_loop
-from shmvec.fidelity_loop import policy_effect as policy_effect
-
-
-@dataclass(frozen=True)
-class Tolerance:
-    """How far a lossy codec may change an observation before ``ShmVecEnv`` reports it.
-
-    :param min_psnr_db: smallest accepted PSNR in dB of a decoded observation (None: no bound).
-        Typical: 40 dB is hard to see, 30 dB shows block artifacts on flat Atari backgrounds.
-    :param max_abs_error: largest accepted absolute difference of one element (None: no bound).
-    :param on_breach: ``"raise"`` (default: :class:`shmvec.errors.FidelityError`) or ``"warn"``
-        (:class:`shmvec.errors.FidelityWarning`, once per env and key).
-    """
-
-    min_psnr_db: float | None = None
-    max_abs_error: float | None = None
-    on_breach: Literal["raise", "warn"] = "raise"
-
-    def __post_init__(self) -> None:
-        if self.min_psnr_db is None and self.max_abs_error is None:
-            raise ValueError("a Tolerance needs min_psnr_db or max_abs_error (or both)")
-        if self.on_breach not in ("raise", "warn"):
-            raise ValueError(f"on_breach must be 'raise' or 'warn', got {self.on_breach!r}")
-
-    def breach(self, max_abs: float, psnr_db: float) -> str | None:
-        """A sentence saying which bound was broken, or None if both hold."""
-        if self.max_abs_error is not None and max_abs > self.max_abs_error:
-            return f"max abs error {max_abs:g} > {self.max_abs_error:g}"
-        if self.min_psnr_db is not None and psnr_db < self.min_psnr_db:
-            return f"PSNR {psnr_db:.1f} dB < {self.min_psnr_db:g} dB"
-        return None
-
-
-def peak(dtype: np.dtype, raw: np.ndarray) -> float:
-    """The signal peak used for PSNR: the integer dtype's maximum, else the raw data's range (>= 1e-12)."""
-    if np.issubdtype(dtype, np.integer):
-        return float(np.iinfo(dtype).max)
-    return max(float(np.max(raw)) - float(np.min(raw)), 1e-12) if raw.size else 1.0
-
-
-def errors(raw: np.ndarray, decoded: np.ndarray) -> tuple[float, float, float, float]:
-    """``(max_abs_error, mean_abs_error, mse, psnr_db)`` of ``decoded`` vs ``raw`` (psnr inf if equal)."""
-    diff = np.abs(decoded.astype(np.float64) - raw.astype(np.float64))
-    if diff.size == 0:
-        return 0.0, 0.0, 0.0, math.inf
-    mse = float(np.mean(diff * diff))
-    psnr = math.inf if mse == 0 else 10 * math.log10(peak(raw.dtype, raw) ** 2 / mse)
-    return float(diff.max()), float(diff.mean()), mse, psnr
+from shmvec.codecs.tolerance import errors
+from shmvec.fidelity.loop import PolicyEffect, policy_effect
 
 
 def _finite(x: float) -> float | None:
@@ -216,7 +149,7 @@ def compare(codecs: Sequence[str | Codec], frames: np.ndarray, policy: Any = Non
     return reports
 
 
-def default_codecs(frame_shape: tuple[int, ...], dtype: np.dtype) -> list[Codec]:
+def candidate_codecs(frame_shape: tuple[int, ...], dtype: np.dtype) -> list[Codec]:
     """The codecs the ``shmvec codecs`` command compares by default, those that can take this frame."""
     from shmvec.codecs import available
 

@@ -15,8 +15,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from shmvec.frame_stack import FrameStack
 from shmvec.native import GymLayers, NativeStatus, StepInto, class_name
+from shmvec.worker.frame_stack import FrameStack
 
 _SB3_ATARI = "stable_baselines3.common.atari_wrappers."
 _GYM_ATARI = ("gymnasium.wrappers.atari_preprocessing", "gymnasium.wrappers.stateful_observation")
