@@ -49,8 +49,28 @@ BASE = {
 }
 
 
-def run(config: str, steps: int, every: int, length: int) -> float:
-    """Env steps/s of one configuration (in this interpreter)."""
+def tree_cpu() -> float:
+    """CPU seconds (user + system) of this process, its live children and the children it has waited
+    for (the dataset's side process, once joined), threads included."""
+    import resource
+
+    import psutil
+
+    me = psutil.Process()
+    waited = resource.getrusage(resource.RUSAGE_CHILDREN)
+    total = waited.ru_utime + waited.ru_stime
+    for proc in [me, *me.children(recursive=True)]:
+        try:
+            times = proc.cpu_times()
+            total += times.user + times.system
+        except psutil.NoSuchProcess:
+            pass
+    return total
+
+
+def run(config: str, steps: int, every: int, length: int) -> tuple[float, float]:
+    """Env steps/s of one configuration (in this interpreter), and the CPU µs per env step of its
+    process tree (less sensitive than throughput to what else runs on the machine)."""
     import ale_py
     import gymnasium as gym
     import numpy as np
@@ -77,15 +97,15 @@ def run(config: str, steps: int, every: int, length: int) -> float:
 
         env = gym.vector.SyncVectorEnv([collector] * N, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
         env.reset(seed=0)
-        start = time.perf_counter()
+        cpu, start = tree_cpu(), time.perf_counter()
         for t in range(steps):
             env.step(actions[t])
         for i, one in enumerate(env.envs):
             one.create_dataset(f"bench/minari-{i}-v0")
-        elapsed = time.perf_counter() - start
+        elapsed, cpu = time.perf_counter() - start, tree_cpu() - cpu
         env.close()
         shutil.rmtree(work, ignore_errors=True)
-        return steps * N / elapsed
+        return steps * N / elapsed, cpu / (steps * N) * 1e6
     if config.startswith("shm") or config == "sb3-video-shm":
         options: dict[str, Any] = {"start_method": "fork"}  # the workers have ale-py registered
         if config not in ("shm-raw", "shm-dataset"):
@@ -109,15 +129,15 @@ def run(config: str, steps: int, every: int, length: int) -> float:
 
         recording = record_dataset(venv, "bench/shmvec-v0")
     venv.reset()
-    start = time.perf_counter()
+    cpu, start = tree_cpu(), time.perf_counter()
     for t in range(steps):
         venv.step(actions[t])
     if recording is not None:
         recording.finish()
-    elapsed = time.perf_counter() - start
+    elapsed, cpu = time.perf_counter() - start, tree_cpu() - cpu
     venv.close()
     shutil.rmtree(work, ignore_errors=True)
-    return steps * N / elapsed
+    return steps * N / elapsed, cpu / (steps * N) * 1e6
 
 
 def main() -> None:
@@ -140,13 +160,19 @@ def main() -> None:
     if unknown:
         parser.error(f"unknown configs {sorted(unknown)}")
     samples: dict[str, list[float]] = {c: [] for c in configs}
+    cpus: dict[str, list[float]] = {c: [] for c in configs}
     for r in range(args.rounds):
         for config in configs:
             cmd = [sys.executable, __file__, "--one", config, "--steps", str(args.steps)]
             cmd += ["--every", str(args.every), "--length", str(args.length)]
             out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-            samples[config].append(float(out.strip().splitlines()[-1]))
-            print(f"round {r + 1}: {config:18s} {samples[config][-1]:8.0f} env steps/s", flush=True)
+            rate, cpu = json.loads(out.strip().splitlines()[-1])
+            samples[config].append(rate)
+            cpus[config].append(cpu)
+            print(
+                f"round {r + 1}: {config:18s} {rate:8.0f} env steps/s {cpu:7.1f} µs CPU per env step",
+                flush=True,
+            )
     print(f"\n{GAME}, n={N}, {args.steps} steps per run, clip of {args.length} every {args.every}")
     for config in configs:
         s = samples[config]
@@ -158,10 +184,15 @@ def main() -> None:
         if config == "shm-dataset" and "minari" in samples:
             ratios = [a / b for a, b in zip(s, samples["minari"])]
             line += f"; {statistics.median(ratios):.2f}x minari ({min(ratios):.2f}-{max(ratios):.2f})"
+        c = cpus[config]
+        line += f"; CPU {statistics.median(c):.1f} µs/env step ({min(c):.1f}-{max(c):.1f})"
+        if base in cpus:
+            ratios = [a / b for a, b in zip(c, cpus[base])]
+            line += f" = {statistics.median(ratios):.3f}x ({min(ratios):.3f}-{max(ratios):.3f})"
         print(line + f"   [{CONFIGS[config]}]")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"args": vars(args), "samples": samples}, f, indent=1)
+            json.dump({"args": vars(args), "samples": samples, "cpu_us": cpus}, f, indent=1)
 
 
 if __name__ == "__main__":

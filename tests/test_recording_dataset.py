@@ -87,8 +87,11 @@ def assert_same_episode(got, want) -> None:
 
 @pytest.mark.parametrize(
     "make, options",
-    [(paint, {}), (dict_image, {}), (paint, {"frame_stack": 4})],
-    ids=["box", "dict", "frame-stack"],
+    [
+        pytest.param(paint, {}, id="box"),
+        pytest.param(dict_image, {}, id="dict", marks=pytest.mark.slow),
+        pytest.param(paint, {"frame_stack": 4}, id="frame-stack", marks=pytest.mark.slow),
+    ],
 )
 def test_dataset_equals_minari_data_collectors(make, options, no_leaks):
     n, steps = 3, 50
@@ -121,6 +124,7 @@ def test_dataset_equals_minari_data_collectors(make, options, no_leaks):
         assert mine[i][0][1]["seed"] == 20 + i and "seed" not in mine[i][1][1]
 
 
+@pytest.mark.slow
 def test_gymnasium_face_and_a_codecs_stated_fidelity_holds(no_leaks):
     make = lambda: DictImageEnv(size=32)  # noqa: E731 - 32 px: an image to Minari's JPEG
     env = ShmVectorEnv([make] * 2, n_workers=2)
@@ -147,6 +151,7 @@ def test_gymnasium_face_and_a_codecs_stated_fidelity_holds(no_leaks):
     assert stated["mean_abs_error"] * stated["values_checked"] == pytest.approx(total)
 
 
+@pytest.mark.slow
 def test_worker_killed_mid_recording_leaves_only_whole_episodes(no_leaks):
     venv = ShmVecEnv([paint] * 4, n_workers=2, on_crash="restart", start_method="fork")
     recording = record_dataset(venv, "test/crash-v0")
@@ -205,6 +210,7 @@ class TextEnv(gym.Env):
         return "b", 0.0, False, False, {}
 
 
+@pytest.mark.slow
 def test_full_disk_warns_training_goes_on_and_leaves_nothing(tmp_path, monkeypatch, no_leaks):
     if os.geteuid() != 0:
         message = "a small tmpfs stands for the full disk: mounting one needs root"

@@ -67,6 +67,7 @@ def drive(venv, steps: int, resets: tuple[int, ...], seed: int = 3) -> None:
             venv.step(rng.integers(0, 3, venv.num_envs))
 
 
+@pytest.mark.slow
 def test_sb3_clips_equal_sb3s_own_frame_for_frame_at_its_boundaries(tmp_path, no_leaks):
     trigger = lambda step: step % 7 == 0  # noqa: E731
     ours = str(tmp_path / "ours")
@@ -129,6 +130,7 @@ class KeptEpisodes(gym.wrappers.RecordVideo):
         super().stop_recording()
 
 
+@pytest.mark.slow
 def test_gymnasium_episode_clips_equal_gymnasiums_record_video(tmp_path, no_leaks):
     trigger = lambda episode: episode % 2 == 0  # noqa: E731
     references = [KeptEpisodes(PaintEnv(), str(tmp_path / "ref"), episode_trigger=trigger) for _ in range(2)]
@@ -169,6 +171,7 @@ def test_gymnasium_episode_clips_equal_gymnasiums_record_video(tmp_path, no_leak
                 np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.slow
 def test_native_atari_path_stays_on_and_clip_is_alestate_render(tmp_path, no_leaks):
     ale_py = require("ale_py", "pip install 'shmvec[atari]'")
     from stable_baselines3.common.env_util import make_atari_env

@@ -56,8 +56,22 @@ def check_spaces(observation_space: spaces.Space, action_space: spaces.Space, jp
 
 
 class DatasetRecording:
-    """A dataset recording of some envs of a shmvec vector env (either face); see
-    :func:`record_dataset`. :meth:`finish` ends it and returns the dataset's path."""
+    """A dataset recording of some envs of a shmvec vector env (either face), made by
+    :func:`record_dataset`; :meth:`finish` ends it and returns the dataset's path.
+
+    :param env: a :class:`~shmvec.ShmVecEnv` or :class:`~shmvec.ShmVectorEnv`, or wrappers over one.
+    :param dataset_id: Minari's id (``"namespace/name-v0"``); it must not exist yet.
+    :param env_ids: the envs recorded (default: every env).
+    :param codec: None (default: raw arrays, lossless) or ``"jpeg"`` (Minari's JPEG of image
+        observations: smaller, lossy); what the dataset gives back of the observations is measured and
+        stated in its metadata (``shmvec_fidelity``).
+    :param data_format: Minari's storage, ``"hdf5"`` (default) or ``"arrow"``.
+    :param depth: records per env the tape holds (default 256): how far the writer may lag.
+    :param metadata: Minari's descriptive metadata (``author``, ``author_email``, ``algorithm_name``,
+        ``code_permalink``, ``description``, ``eval_env``, ``ref_min_score``, ``ref_max_score``,
+        ``requirements``), as ``DataCollector.create_dataset`` takes them.
+    :raises UnsupportedSpaceError: for observation or action spaces it cannot hold.
+    """
 
     def __init__(
         self,
@@ -175,29 +189,7 @@ class DatasetRecording:
         self.finish()
 
 
-def record_dataset(
-    env: Any,
-    dataset_id: str,
-    env_ids: Sequence[int] | None = None,
-    codec: str | None = None,
-    data_format: str = "hdf5",
-    depth: int = DEPTH,
-    **metadata: Any,
-) -> DatasetRecording:
+def record_dataset(env: Any, dataset_id: str, **options: Any) -> DatasetRecording:
     """Record every step of ``env``'s envs into a Minari dataset, written by a side process, until
-    ``finish()`` (or the ``with`` block's end).
-
-    :param env: a :class:`~shmvec.ShmVecEnv` or :class:`~shmvec.ShmVectorEnv`, or wrappers over one.
-    :param dataset_id: Minari's id (``"namespace/name-v0"``); it must not exist yet.
-    :param env_ids: the envs recorded (default: every env).
-    :param codec: None (default: raw arrays, lossless) or ``"jpeg"`` (Minari's JPEG of image
-        observations: smaller, lossy); what the dataset gives back of the observations is measured and
-        stated in its metadata (``shmvec_fidelity``).
-    :param data_format: Minari's storage, ``"hdf5"`` (default) or ``"arrow"``.
-    :param depth: records per env the tape holds (default 256): how far the writer may lag.
-    :param metadata: Minari's descriptive metadata (``author``, ``author_email``, ``algorithm_name``,
-        ``code_permalink``, ``description``, ``eval_env``, ``ref_min_score``, ``ref_max_score``,
-        ``requirements``), as ``DataCollector.create_dataset`` takes them.
-    :raises UnsupportedSpaceError: for observation or action spaces it cannot hold.
-    """
-    return DatasetRecording(env, dataset_id, env_ids, codec, data_format, depth, **metadata)
+    ``finish()`` (or the ``with`` block's end); ``options`` as :class:`DatasetRecording` takes them."""
+    return DatasetRecording(env, dataset_id, **options)
