@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 import warnings
 
 import gymnasium as gym
@@ -171,6 +172,74 @@ def test_gymnasium_episode_clips_equal_gymnasiums_record_video(tmp_path, no_leak
                 np.testing.assert_array_equal(got, want)
 
 
+def test_sb3_face_episode_trigger_equals_record_video_per_env(tmp_path, no_leaks):
+    # Same-step autoreset: the terminal frame is taken in the worker before the reset.
+    trigger = lambda episode: episode in (0, 2, 3)  # noqa: E731
+    references = [KeptEpisodes(PaintEnv(), str(tmp_path / "ref"), episode_trigger=trigger) for _ in range(2)]
+    venv = VecVideoRecorder(
+        ShmVecEnv([paint] * 2, n_workers=1), str(tmp_path / "ours"), episode_trigger=trigger, video_length=0,
+        encoding=Encoding.lossless(),
+    )  # fmt: skip
+    venv.seed(10)
+    venv.reset()
+    for i, ref in enumerate(references):
+        ref.reset(seed=10 + i)
+    rng = np.random.default_rng(2)
+    for _ in range(30):
+        actions = rng.integers(0, 3, 2)
+        venv.step(actions)
+        for i, ref in enumerate(references):
+            _, _, term, trunc, _ = ref.step(actions[i])
+            if term or trunc:
+                ref.reset()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        venv.close()
+        for ref in references:
+            ref.close()
+    ours = sorted(os.listdir(tmp_path / "ours"))
+    for i, ref in enumerate(references):
+        mine = [n for n in ours if n.startswith(f"rl-video-env-{i}-")]
+        assert [n.replace(f"-env-{i}", "").replace(".incomplete", "") for n in mine] == sorted(ref.kept)
+        for name in mine:
+            kept = ref.kept[name.replace(f"-env-{i}", "").replace(".incomplete", "")]
+            decoded = decode(str(tmp_path / "ours" / name))
+            assert len(decoded) == len(kept) > 1
+            for got, want in zip(decoded, kept):
+                np.testing.assert_array_equal(got, want)
+
+
+def test_gymnasium_step_trigger_clips_are_the_vector_steps_frames(tmp_path, no_leaks):
+    env = RecordVideo(
+        ShmVectorEnv([paint] * 2, n_workers=2), str(tmp_path), step_trigger=lambda s: s in (3, 9),
+        video_length=2, env_ids=(1,), encoding=Encoding.lossless(),
+    )  # fmt: skip
+    reference = [PaintEnv(), PaintEnv()]
+    env.reset(seed=[4, 5])
+    for i, ref in enumerate(reference):
+        ref.reset(seed=4 + i)
+    shown = [reference[1].render()]
+    done = False
+    rng = np.random.default_rng(3)
+    for _ in range(12):
+        actions = rng.integers(0, 3, 2)
+        env.step(actions)
+        if done:
+            reference[1].reset()
+            done = False
+        else:
+            _, _, term, trunc, _ = reference[1].step(actions[1])
+            done = term or trunc
+        shown.append(reference[1].render())
+    env.close()
+    assert sorted(os.listdir(tmp_path)) == ["rl-video-step-3.mp4", "rl-video-step-9.mp4"]
+    for start in (3, 9):
+        decoded = decode(str(tmp_path / f"rl-video-step-{start}.mp4"))
+        assert len(decoded) == 3
+        for got, want in zip(decoded, shown[start : start + 3]):
+            np.testing.assert_array_equal(got, want)
+
+
 @pytest.mark.slow
 def test_native_atari_path_stays_on_and_clip_is_alestate_render(tmp_path, no_leaks):
     ale_py = require("ale_py", "pip install 'shmvec[atari]'")
@@ -218,8 +287,9 @@ def test_full_disk_warns_training_goes_on_and_no_file_is_left(tmp_path, no_leaks
     os.symlink("/dev/full", tmp_path / "rl-video-step-0-to-step-30.mp4.part")
     venv = VecVideoRecorder(ShmVecEnv([paint] * 2), str(tmp_path), lambda s: s == 0, video_length=30)
     venv.reset()
+    deadline = time.monotonic() + 60  # a bound on a hang: the encoder thread finds the error when it writes
     with pytest.warns(RecordingWarning, match="writing a clip failed"):
-        for _ in range(200):
+        while not venv.recorder.stopped and time.monotonic() < deadline:
             venv.step(np.zeros(2, np.int64))
     assert venv.recorder.stopped
     venv.step(np.zeros(2, np.int64))  # training goes on

@@ -54,12 +54,16 @@ class Encoder:
         self.written: list[str] = []  # complete clips
         self.incomplete: list[str] = []  # clips cut short, closed as valid videos
         self.error: BaseException | None = None
+        # Tiled clips the main process started and this thread finished: it polls the tape while
+        # one is to come or open, and sleeps until woken otherwise.
+        self.started = self.finished = 0
         self._wake, self._stop = threading.Event(), threading.Event()
         self._thread = threading.Thread(target=self._run, name="shmvec-video", daemon=True)
         self._thread.start()
 
     def wake(self) -> None:
-        """Frames are coming: look at the tape now (rather than at the next poll)."""
+        """A clip starts: its frames are coming (poll the tape until it ends)."""
+        self.started += 1
         self._wake.set()
 
     def _run(self) -> None:
@@ -72,10 +76,12 @@ class Encoder:
                 for clip in self.open.values():
                     clip.abandon()
                 self.open.clear()
+                self.finished = self.started
                 self._discard()
             if stopping:
                 return
-            self._wake.wait(_POLL_S if self.open or not self.tiled else None)
+            waiting = self.open or self.finished < self.started or not self.tiled
+            self._wake.wait(_POLL_S if waiting else None)
             self._wake.clear()
 
     def _discard(self) -> None:
@@ -136,6 +142,8 @@ class Encoder:
 
     def _finish(self, key: tuple[int, int], complete: bool) -> None:
         clip = self.open.pop(key, None)
+        if key[0] == -1:
+            self.finished += 1
         if not complete:
             self.dead.add(key)
         if clip is not None:
@@ -190,6 +198,12 @@ class VideoRecording:
 
         if (step_trigger is None) == (episode_trigger is None):
             raise ValueError("give one trigger: a step trigger or an episode trigger")
+        try:  # here, not at the first clip: the import would hold the GIL in the middle of training
+            import av  # noqa: F401
+        except ImportError as exc:
+            raise ModuleNotFoundError(
+                f"video recording needs PyAV: pip install 'shmvec[record]' ({exc})"
+            ) from exc
         if engine.options.backend != "local":
             raise NotImplementedError(
                 "recording reads the workers' frames in shared memory: backend='local' only"
