@@ -1,7 +1,13 @@
-"""ShmVecEnv of this tree against ShmVecEnv of another commit, side by side, interleaved.
+"""ShmVecEnv of this tree against ShmVecEnv of another commit, or on another stack (SB3, Gymnasium,
+ale-py releases), side by side, interleaved.
 
     git worktree add /tmp/old 45780b7
     python benchmarks/against_commit.py --old /tmp/old
+    python benchmarks/against_commit.py --python-old OLDSTACK/bin/python --workloads atari-pong
+
+``--python-old`` / ``--python-new``: the interpreter (a venv with shmvec installed, e.g. one of the
+stacks of ``python -m shmvec.atari.releases --stacks``) each side's windows run with; by default this
+one. Without ``--old`` both sides import this tree's ``shmvec``.
 
 Each window runs in a fresh interpreter: ``PYTHONPATH=<old>`` makes it import the old ``shmvec``
 (PYTHONPATH comes before the editable install), no PYTHONPATH the current one. Per workload (ALE
@@ -98,9 +104,14 @@ def recipe_window(seconds: float, game: str, policy: bool) -> dict[str, float | 
             obs = venv.step(act(obs)[0])[0]
             timed.n += 1
         result = timed.result()
+        paths = [s.path or "wrappers" for s in venv.native_steps]
     finally:
         venv.close()
-    return {"shmvec": shmvec.__file__, **result}
+    from importlib.metadata import version
+
+    stack = " ".join(f"{d} {version(d)}" for d in ("stable-baselines3", "gymnasium", "ale-py"))
+    native = ", ".join(f"{paths.count(p)} {p}" for p in dict.fromkeys(paths))
+    return {"shmvec": shmvec.__file__, "stack": stack, "native": native, **result}
 
 
 def pool_window(seconds: float) -> dict[str, float | str]:
@@ -179,8 +190,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
     )
-    parser.add_argument("--old", required=True, help="a checkout of the other commit (git worktree)")
+    parser.add_argument("--old", default=None, help="a checkout of the other commit (default: this tree)")
     parser.add_argument("--new", default=None, help="a checkout to measure as new (default: this install)")
+    parser.add_argument("--python-old", default=sys.executable, help="the old side's interpreter")
+    parser.add_argument("--python-new", default=sys.executable, help="the new side's interpreter")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--seconds", type=float, default=3.0, help="measured seconds per window")
     parser.add_argument("--workloads", nargs="+", choices=WORKLOADS, default=["pong", "synth512"])
@@ -192,11 +205,14 @@ def main() -> None:
     runs: dict[tuple[str, str], list[dict]] = {}
     for _ in range(args.rounds):
         for workload in args.workloads:
-            for side, path in (("old", args.old), ("new", args.new)):
+            for side, path, python in (
+                ("old", args.old, args.python_old),
+                ("new", args.new, args.python_new),
+            ):
                 env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
                 if path is not None:
                     env["PYTHONPATH"] = os.path.abspath(path)
-                cmd = [sys.executable, __file__, "--old", args.old, "--window", workload]
+                cmd = [python, __file__, "--window", workload]
                 out = subprocess.run(
                     [*cmd, "--seconds", str(args.seconds)], env=env, capture_output=True, text=True
                 )
@@ -205,6 +221,9 @@ def main() -> None:
                 runs.setdefault((workload, side), []).append(json.loads(out.stdout.strip().splitlines()[-1]))
     for workload in args.workloads:
         old, new = runs[(workload, "old")], runs[(workload, "new")]
+        for side, rs in (("old", old), ("new", new)):
+            if "stack" in rs[0]:
+                print(f"{workload} {side}: {rs[0]['stack']}; envs stepped: {rs[0]['native']}")
         print(
             f"{workload}: old {[round(r['steps_per_s']) for r in old]} new {[round(r['steps_per_s']) for r in new]}"
         )

@@ -328,6 +328,14 @@ class FrameSkipWarning(UserWarning):
     16 frames per action instead of SB3's 4); see :mod:`shmvec.atari`."""
 
 
+class NativeStepWarning(UserWarning):
+    """Envs whose wrapper chain a native step path serves (SB3's Atari recipe, ``AtariPreprocessing``,
+    CleanRL's chain) step through their Python wrappers because a method the path restates is code
+    shmvec was not checked against (another release of SB3, Gymnasium or ale-py): one warning per
+    VecEnv, naming each method, the installed release, the releases checked and the command that
+    gets the native step; ``native_step=False`` silences it (see ``native_steps``)."""
+
+
 class FidelityWarning(UserWarning):
     """Like :class:`FidelityError`, for a ``Tolerance(on_breach="warn")``."""
 

@@ -39,6 +39,7 @@ import inspect
 import io
 import textwrap
 import tokenize
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -64,10 +65,56 @@ class NativeStatus:
     :param path: the native path in use (``"sb3-atari"``, ``"gymnasium-atari"``, ``"step_into"``,
         with ``"+frame-stack"`` when shmvec's ``frame_stack`` sits on top), or None.
     :param reason: why not, when ``path`` is None (the wrapper or setting that is not recognised).
+    :param unchecked: when the env's wrapper chain is one a native path steps but code it restates is
+        not a version shmvec was checked against: each such method as ``("module.Class.method",
+        "package version")``, the version installed where the env runs; the faces warn once about
+        these (``reason`` lists them too).
     """
 
     path: str | None
     reason: str | None = None
+    unchecked: tuple[tuple[str, str], ...] = ()
+
+
+#: How a :class:`NativeStatus` reason begins when the code, not the chain, keeps the native step off.
+UNCHECKED = "code shmvec's native Atari step was not checked against"
+
+
+def grouped(statuses: Sequence[NativeStatus]) -> list[dict[str, Any]]:
+    """Envs with the same status, counted: ``{"path", "reason", "envs"}`` per distinct ``(path,
+    reason)`` of ``statuses`` (a face's ``native_steps``), in order of first appearance."""
+    counts: dict[tuple[str | None, str | None], int] = {}
+    for status in statuses:
+        key = (status.path, status.reason)
+        counts[key] = counts.get(key, 0) + 1
+    return [{"path": path, "reason": reason, "envs": n} for (path, reason), n in counts.items()]
+
+
+def describe(groups: list[dict[str, Any]]) -> str:
+    """The line :func:`summary` prints, from :func:`grouped`'s groups."""
+    count = sum(g["envs"] for g in groups if g["path"] is not None)
+    if count == 0 and not any((g["reason"] or "").startswith(UNCHECKED) for g in groups):
+        # Most envs have no native path: nothing is wrong, they step as they always do.
+        why = "; ".join(g["reason"] or "" for g in groups)
+        return f"native step: none, every env steps through its wrappers ({why}; see docs/guides/native.md)"
+    many = len(groups) > 1
+    native = [f"{g['envs']} {g['path']}" if many else g["path"] for g in groups if g["path"] is not None]
+    others = [
+        f"{g['envs']} not ({g['reason']})" if many else g["reason"] for g in groups if g["path"] is None
+    ]
+    line = f"native step: {count} of {sum(g['envs'] for g in groups)} envs"
+    if native:
+        line += f" ({', '.join(native)})"
+    if others:
+        line += ("; " if native else ": ") + "; ".join(others)
+    return line
+
+
+def summary(statuses: Sequence[NativeStatus]) -> str:
+    """One line saying which envs a face's workers step natively, by which path, and why the others
+    do not, e.g. ``print(summary(env.native_steps))``: ``"native step: 8 of 8 envs
+    (sb3-atari+frame-stack)"``."""
+    return describe(grouped(statuses))
 
 
 def sync(env: Any) -> None:
@@ -94,7 +141,13 @@ def fingerprint(func: Any) -> str:
     """A hash of a function's source tokens, comments, docstrings and layout left out: a native path
     restates what a wrapper's ``step`` does, and runs only over the versions whose source it was
     checked against (an unknown fingerprint makes the worker step through the wrappers)."""
-    source = textwrap.dedent(inspect.getsource(func))
+    return fingerprint_source(inspect.getsource(func))
+
+
+def fingerprint_source(source: str) -> str:
+    """:func:`fingerprint` of a function's source text, as ``inspect.getsource`` gives it (its
+    decorators, ``def`` line and body; indented as in its file or not)."""
+    source = textwrap.dedent(source)
     docstrings: set[int] = set()
     for node in ast.walk(ast.parse(source)):
         body = getattr(node, "body", None)
@@ -143,7 +196,8 @@ class GymLayers:
         order, checker = self.order, self.checker
         if order is not None and not order._has_reset:
             return False
-        return checker is None or (checker.checked_step and checker.checked_data_reuse)
+        # Gymnasium < 1.4's checker has no data-reuse check (nor its flag): nothing to wait for.
+        return checker is None or (checker.checked_step and getattr(checker, "checked_data_reuse", True))
 
     def truncate(self, truncated: bool) -> bool:
         """``TimeLimit``'s count of one inner step: the truncated flag it passes on."""

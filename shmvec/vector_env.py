@@ -15,7 +15,7 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
-from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector import VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from shmvec.engine.build import build
@@ -26,6 +26,20 @@ from shmvec.engine.options import Options
 from shmvec.errors import NoPendingCallError
 from shmvec.memory.layout import assemble, terminal_obs
 from shmvec.native import NativeStatus
+
+try:
+    from gymnasium.vector import AutoresetMode
+except ImportError:  # Gymnasium 1.0 names no modes (its vector envs reset on the next step)
+    from enum import Enum
+
+    class AutoresetMode(Enum):  # type: ignore[no-redef]
+        """Gymnasium 1.1's ``gymnasium.vector.AutoresetMode``, for Gymnasium 1.0."""
+
+        NEXT_STEP = "NextStep"
+        SAME_STEP = "SameStep"
+        DISABLED = "Disabled"
+
+
 from shmvec.vector.calls import CallMethods
 from shmvec.vector.pool import PoolMethods, batch_infos
 from shmvec.wire import messages as m

@@ -98,6 +98,16 @@ def require(module: str, how: str) -> Any:
         pytest.skip(message, allow_module_level=True)
 
 
+def not_checked(monkeypatch: Any, *names: str) -> None:
+    """Make the installed code of the restated methods ``names`` (``module.Class.method``) one that
+    ``shmvec.atari.fingerprints.KNOWN`` does not list, with the same releases: as on a release shmvec
+    was not checked against. Workers see it under the fork start method only (they inherit it)."""
+    from shmvec.atari.fingerprints import KNOWN
+
+    for name in names:
+        monkeypatch.setitem(KNOWN, name, {f"{i:016d}": span for i, span in enumerate(KNOWN[name].values())})
+
+
 def wait_until(condition: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
     """Return once ``condition()`` holds; fail, naming ``what``, after ``timeout`` seconds: a bound on
     a hang, not a speed figure."""

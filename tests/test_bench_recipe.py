@@ -21,8 +21,9 @@ from shmvec.bench.backends import check_backend, make_vec_env
 from shmvec.bench.compare import cells, side_by_side
 from shmvec.bench.envs import env_factory
 from shmvec.bench.recipes import FRAME_STACK, atari_settings, check_recipe, recipe_env
-from shmvec.bench.report import WIDTH, native_line
+from shmvec.bench.report import WIDTH
 from shmvec.cli.main import main
+from shmvec.native import UNCHECKED, describe
 from tests.helpers import ROOT, assert_obs_equal
 
 PONG = "PongNoFrameskip-v4"
@@ -136,7 +137,8 @@ def test_what_the_recipe_cannot_run_is_refused(call, message):
         (["--recipe", "sb3-atari", "--env", "ALE/Pong-v5"], "over a NoFrameskip-v4 id"),
         (["--recipe", "nope"], "unknown recipe 'nope'"),
         (["--recipe", "sb3-atari", "--backends", "dummy,async"], "'async' cannot stack frames"),
-        (["--backends", "ale-vec"], "'ale-vec' runs with --recipe sb3-atari only"),
+        (["--env", "ALE/Pong-v5", "--backends", "ale-vec"], "'ale-vec' runs with --recipe sb3-atari only"),
+        (["--recipe", "none", "--backends", "ale-vec"], "'ale-vec' runs with --recipe sb3-atari only"),
         (["--recipe", "sb3-atari", "--train"], "--recipe is for measuring steps"),
         (["--recipe", "sb3-atari", "--env-kwargs", '{"frameskip": 2}'], "--env-kwargs does not apply"),
     ],
@@ -149,11 +151,15 @@ def test_cli_refuses_in_one_line(capsys, args, message):
 
 def test_native_line_counts_envs_and_says_why_not():
     one = [{"path": "sb3-atari+frame-stack", "reason": None, "envs": 8}]
-    assert native_line(one) == "native step: 8 of 8 envs (sb3-atari+frame-stack)"
+    assert describe(one) == "native step: 8 of 8 envs (sb3-atari+frame-stack)"
     off = [{"path": None, "reason": "native_step=False", "envs": 2}]
-    assert native_line(off) == "native step: 0 of 2 envs: native_step=False"
+    assert describe(off) == (
+        "native step: none, every env steps through its wrappers (native_step=False; see docs/guides/native.md)"
+    )
+    unchecked = [{"path": None, "reason": f"{UNCHECKED}: a.B.step (b 9.9.9)", "envs": 2}]
+    assert describe(unchecked) == f"native step: 0 of 2 envs: {UNCHECKED}: a.B.step (b 9.9.9)"
     mixed = [{"path": "sb3-atari", "reason": None, "envs": 3}, {"path": None, "reason": "a Foo", "envs": 1}]
-    assert native_line(mixed) == "native step: 3 of 4 envs (3 sb3-atari); 1 not (a Foo)"
+    assert describe(mixed) == "native step: 3 of 4 envs (3 sb3-atari); 1 not (a Foo)"
 
 
 def test_side_by_side_takes_ratios_round_by_round():
@@ -193,7 +199,10 @@ def test_cli_reports_native_steps_and_backends_side_by_side(tmp_path):
     text = out.stdout
     assert text.startswith(f"{PONG} (recipe sb3-atari), policy none")
     assert "  shm n=2: native step: 2 of 2 envs (sb3-atari+frame-stack)\n" in text
-    assert "  shm-wrappers n=2: native step: 0 of 2 envs: native_step=False\n" in text
+    assert (
+        "  shm-wrappers n=2: native step: none, every env steps through its wrappers (native_step=False;"
+        in text
+    )
     assert "dummy n=2: native" not in text and "ale-vec n=2: native" not in text
     assert "ratios to ale-vec n=2 round by round" in text and "not bit-identical" in text
     side = text[text.index("side by side") :].splitlines()
@@ -217,3 +226,22 @@ def test_cli_reports_native_steps_and_backends_side_by_side(tmp_path):
     )  # fmt: skip
     assert again.returncode == 0, again.stderr[-3000:]
     assert again.stdout == text.replace(f"raw figures: {tmp_path / 'r.json'}\n", "")
+
+
+@pytest.mark.slow
+def test_the_default_bench_measures_the_recipe_against_its_peers(tmp_path):
+    """``shmvec bench`` with no workload options (shortened windows): SB3's Atari recipe on Pong, shm
+    against ale-vec, subproc and dummy at 8 envs, the verdict saying which are bit-identical."""
+    out = subprocess.run(
+        [sys.executable, "-m", "shmvec", "bench", "--repeats", "1", "--seconds", "0.3", "--json", str(tmp_path / "d.json")],
+        capture_output=True, text=True, timeout=600, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    data = json.loads((tmp_path / "d.json").read_text())
+    assert data["spec"]["recipe"] == "sb3-atari" and data["spec"]["env"] == PONG
+    labels = [p["label"] for p in data["points"]]
+    assert labels[:4] == ["shm n=8", "ale-vec n=8", "subproc n=8", "dummy n=8"], labels
+    verdict = out.stdout[out.stdout.index("Verdict") :]
+    assert "shm n=8 (bit-identical to the in-process reference)" in " ".join(verdict.split())
+    assert "ale-vec n=8 (not bit-identical)" in " ".join(verdict.split())
+    assert "shm n=8: native step: 8 of 8 envs (sb3-atari+frame-stack)" in out.stdout

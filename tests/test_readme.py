@@ -60,3 +60,19 @@ def test_install_prose_says_where_the_cpu_build_of_pytorch_comes_from():
         assert "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu" in text, page.name
         assert "does not pull a CUDA build" not in text, page.name
         assert "NVIDIA GPU" in text, page.name
+
+
+def test_the_main_job_is_described_as_what_the_bench_measures_by_default():
+    """The README's sentence before ``shmvec bench`` speaks of the workload the bench's defaults
+    measure (SB3's Atari recipe on Pong, against ale-py's vector env, SubprocVecEnv, DummyVecEnv)."""
+    from shmvec.cli.main import RECIPE_BACKENDS, _parser, resolve_defaults
+
+    args = _parser().parse_args(["bench"])
+    resolve_defaults(args)
+    assert (args.recipe, args.env, args.n_envs) == ("sb3-atari", "PongNoFrameskip-v4", "8")
+    assert args.backends.split(",")[: len(RECIPE_BACKENDS)] == list(RECIPE_BACKENDS)
+    text = (ROOT / "README.md").read_text()
+    command = next(c for c in _setup_commands() if _joined(c).endswith("shmvec bench"))
+    intro = " ".join(text[: text.index(command)].rsplit("\n\n", 2)[-2].split())
+    for words in ("SB3's Atari recipe", "Pong", "8 envs", "AtariVectorEnv", "SubprocVecEnv", "DummyVecEnv"):
+        assert words in intro, f"{words!r} not in the bench command's introduction: {intro}"

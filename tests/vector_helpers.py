@@ -11,18 +11,20 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
-from gymnasium.vector import AutoresetMode
 
 import shmvec
 from shmvec.engine.restart import REASON_KEY, RESTARTED_KEY
 from shmvec.synthetic import SyntheticImageEnv
 from shmvec.testing import assert_equivalent
 from shmvec.testing.compare import gymnasium_difference, value_difference
+from shmvec.vector_env import AutoresetMode
 from tests.envs import CRASHES, FaultyEnv, make_dict_env, make_tuple_env
 from tests.helpers import check
 from tests.vector_envs import make_mutating
 
 NEXT, SAME, DISABLED = AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP, AutoresetMode.DISABLED
+#: The modes Gymnasium's own SyncVectorEnv has, the reference (Gymnasium 1.0: next-step autoreset only).
+REFERENCE_MODES = [NEXT, SAME, DISABLED] if hasattr(gym.vector, "AutoresetMode") else [NEXT]
 
 # name -> factory (shmvec.testing copies what the reference's envs return: the mutating envs' true values)
 ENVS = {

@@ -4,10 +4,8 @@ the native Atari paths (:mod:`shmvec.atari.sb3`: SB3's and CleanRL's chains,
 
 :class:`Emulator` acts, reads the game-over and truncation flags and counts ``TimeLimit``'s steps as
 those classes do, but grabs no RGB screen (the paths grab palette indices or gray screens of only
-the frames they keep) and builds the info dict only when asked. :data:`KNOWN` lists the source
-fingerprints (:func:`shmvec.native.fingerprint`) of every method a native Atari path restates, as
-the exactness tests checked them against the wrappers (stable-baselines3 2.9.2, gymnasium 1.4.0,
-ale-py 0.12.1); any other code steps through its wrappers.
+the frames they keep) and builds the info dict only when asked. Which versions of the code it
+restates it was checked against: :mod:`shmvec.atari.fingerprints`.
 """
 
 from __future__ import annotations
@@ -17,56 +15,12 @@ from typing import Any
 import gymnasium as gym
 
 from shmvec.atari import palette
-from shmvec.native import GymLayers, class_name, fingerprint, is_exactly
+from shmvec.atari.fingerprints import unknown_code
+from shmvec.native import GymLayers, class_name, is_exactly
 
 ATARI_ENV = "ale_py.env.AtariEnv"
-
-#: ``module.Class.method`` -> fingerprints of the code a native Atari path was checked against.
-KNOWN = {
-    "gymnasium.core.Wrapper.step": {"61caa1383e31c093"},
-    "gymnasium.core.ObservationWrapper.step": {"6e3f8f66e60f1a5b"},
-    "gymnasium.core.RewardWrapper.step": {"0fbec0944b8f32d9"},
-    # The resets a life-loss reset passes through (shmvec.atari.sb3.AtariStep.reset).
-    "gymnasium.core.Wrapper.reset": {"aec944ce8bf57cce"},
-    "gymnasium.core.ObservationWrapper.reset": {"3392dc14f648281a"},
-    "stable_baselines3.common.atari_wrappers.FireResetEnv.reset": {"d888b1617cae3145"},
-    "stable_baselines3.common.atari_wrappers.EpisodicLifeEnv.reset": {"3bd7de33421b4184"},
-    "gymnasium.wrappers.common.TimeLimit.step": {"64e8faed8ba6b0fa"},
-    "gymnasium.wrappers.common.OrderEnforcing.step": {"76a419da11853263"},
-    "gymnasium.wrappers.common.PassiveEnvChecker.step": {"84d7bc73fb254409"},
-    "gymnasium.wrappers.atari_preprocessing.AtariPreprocessing.step": {"1def2b8b37410f58"},
-    "gymnasium.wrappers.atari_preprocessing.AtariPreprocessing._get_obs": {"4f62c3a10b03a473"},
-    "gymnasium.wrappers.stateful_observation.FrameStackObservation.step": {"71fdebab75e79354"},
-    "gymnasium.wrappers.common.RecordEpisodeStatistics.step": {"2cfeb154ded19c38"},
-    "gymnasium.wrappers.transform_observation.TransformObservation.observation": {"51844ec89d70d289"},
-    # Their observation functions are lambdas made in __init__ (sb3.py checks func is that lambda).
-    "gymnasium.wrappers.transform_observation.ResizeObservation.__init__": {"acc49506634e89c2"},
-    "gymnasium.wrappers.transform_observation.GrayscaleObservation.__init__": {"b11ed496300953a9"},
-    "ale_py.env.AtariEnv.step": {"3d2cd747f84acf61"},
-    "ale_py.env.AtariEnv._get_info": {"91bdc02a674d478a"},
-    "stable_baselines3.common.monitor.Monitor.step": {"af96898c9d2bc24f"},
-    "stable_baselines3.common.atari_wrappers.MaxAndSkipEnv.step": {"d4e549050154a395"},
-    "stable_baselines3.common.atari_wrappers.EpisodicLifeEnv.step": {"b0b60a039ca36809"},
-    "stable_baselines3.common.atari_wrappers.StickyActionEnv.step": {"77a22e6a4d1f351f"},
-    "stable_baselines3.common.atari_wrappers.WarpFrame.observation": {"0d6e6017d12461d4"},
-    "stable_baselines3.common.atari_wrappers.ClipRewardEnv.reward": {"6c93bbdc6319e4a5"},
-}
-_METHODS = ("step", "observation", "reward", "_get_info", "_get_obs")
-
-
-def unknown_code(layers: list[Any], methods: tuple[str, ...] = _METHODS) -> str | None:
-    """The first method a native step restates (``methods``: by default ``step``, ``observation``,
-    ``reward``, ``_get_info``, ``_get_obs``) among ``layers``' whose code is not one :data:`KNOWN`
-    lists."""
-    for layer in layers:
-        for attr in methods:
-            func = getattr(type(layer), attr, None)
-            if func is None or (attr == "_get_obs" and is_exactly(layer, ATARI_ENV)):
-                continue  # AtariEnv._get_obs is not restated: the paths grab their own screens
-            name = f"{func.__module__}.{func.__qualname__}"
-            if fingerprint(func) not in KNOWN.get(name, ()):
-                return name
-    return None
+#: The methods a native step restates, of each wrapper it steps over.
+METHODS = ("step", "observation", "reward", "_get_info", "_get_obs")
 
 
 class Emulator:
@@ -86,13 +40,15 @@ class Emulator:
     def frame(self, action: Any) -> tuple[float, bool, bool]:
         """``AtariEnv.step(action)`` and ``TimeLimit``'s count, without its observation and info:
         ``(reward, terminated, truncated)``."""
+        # act's paddle strength defaults to the 1.0 AtariEnv passes for discrete actions (ale-py >=
+        # 0.10; 0.9's act takes none): act(action) is AtariEnv's call in every release.
         ale_action = self.action_set[action]
         if self.own_skip == 1:  # NoFrameskip ids: AtariEnv's loop once, 0.0 + the reward as it adds it
-            reward = 0.0 + self.ale.act(ale_action, 1.0)
+            reward = 0.0 + self.ale.act(ale_action)
         else:
             reward = 0.0
             for _ in range(self.own_skip):
-                reward += self.ale.act(ale_action, 1.0)
+                reward += self.ale.act(ale_action)
         truncated = self.ale.game_truncated()
         if self.layers.limit is not None:
             truncated = self.layers.truncate(truncated)
@@ -107,6 +63,13 @@ class Emulator:
         (height, width, 3) uint8: a recording reads it without leaving the native step."""
         self.ale.getScreenRGB(out)
 
+    def unchecked(self) -> list[str]:
+        """The methods of Gymnasium's wrappers and of ``AtariEnv`` it restates whose code
+        :data:`~shmvec.atari.fingerprints.KNOWN` does not list."""
+        names = unknown_code(self.layers.layers(), METHODS)
+        # AtariEnv._get_obs is not restated: the paths grab their own screens.
+        return names + [n for n in unknown_code([self.atari], METHODS) if not n.endswith("._get_obs")]
+
     def info(self) -> dict[str, Any]:
         """What ``AtariEnv._get_info`` returns."""
         ale = self.ale
@@ -119,20 +82,21 @@ class Emulator:
 
 def emulator(env: gym.Env) -> tuple[Emulator | None, str | None]:
     """The :class:`Emulator` of the ``AtariEnv`` at the bottom of ``env`` (Gymnasium's standard
-    wrappers over it at most), or None and why a native path cannot step it."""
+    wrappers over it at most), or None and why a native path cannot step it (the code it restates is
+    checked apart: :meth:`Emulator.unchecked`)."""
     layers = GymLayers(env)
     atari = layers.inner
     if not is_exactly(atari, ATARI_ENV):
         return None, f"{class_name(atari)} where ale-py's AtariEnv was expected"
-    if atari._obs_type not in ("rgb", "grayscale") or atari.continuous or atari.sound_obs:
-        return None, "AtariEnv with RAM observations, continuous actions or sound observations"
+    # continuous: ale-py >= 0.10; sound_obs: >= 0.11.
+    if atari._obs_type not in ("rgb", "grayscale") or getattr(atari, "continuous", False):
+        return None, "AtariEnv with RAM observations or continuous actions"
+    if getattr(atari, "sound_obs", False):
+        return None, "AtariEnv with sound observations"
     if atari.render_mode == "human":
         return None, "AtariEnv with render_mode='human'"
     if not isinstance(atari._frameskip, int):
         return None, "AtariEnv with a random frame skip"
     if atari.ale.getScreenDims()[0] == palette.PAL_HEIGHT:
         return None, "a game in ALE's PAL format (another palette)"
-    code = unknown_code([*layers.layers(), atari])
-    if code is not None:
-        return None, f"{code} differs from the versions shmvec's native Atari step was checked against"
     return Emulator(layers), None

@@ -21,37 +21,41 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from shmvec.atari.emulator import Emulator, emulator, unknown_code
+from shmvec.atari.emulator import METHODS, Emulator, emulator
+from shmvec.atari.fingerprints import unchecked_status, unknown_code
 from shmvec.atari.warp import MAX, Warp, checked
-from shmvec.native import StepInto, class_name, is_exactly
+from shmvec.native import NativeStatus, StepInto, class_name, is_exactly
 
 PREPROCESSING = "gymnasium.wrappers.atari_preprocessing.AtariPreprocessing"
 FRAME_STACK = "gymnasium.wrappers.stateful_observation.FrameStackObservation"
 
 
-def recognise(env: gym.Env) -> tuple[Any, str | None]:
+def recognise(env: gym.Env) -> tuple[Any, NativeStatus]:
     """The native step of ``env`` if it is ``AtariPreprocessing`` (with ``FrameStackObservation``
-    on top, optionally; module docstring), else None and the reason."""
+    on top, optionally; module docstring) and its status, else None and the status saying why not."""
     stack = None
     if is_exactly(env, FRAME_STACK):
         stack, env = env, env.env  # type: ignore[attr-defined]
     if not is_exactly(env, PREPROCESSING):
-        return None, f"{class_name(env)} where Gymnasium's AtariPreprocessing was expected"
+        why = f"{class_name(env)} where Gymnasium's AtariPreprocessing was expected"
+        return None, NativeStatus(None, why)
     pre: Any = env
     if not pre.grayscale_obs or pre.scale_obs:
-        return None, "AtariPreprocessing with RGB or scaled observations"
+        return None, NativeStatus(None, "AtariPreprocessing with RGB or scaled observations")
     emu, reason = emulator(pre.env)
     if emu is None:
-        return None, reason
-    code = unknown_code([pre] if stack is None else [stack, pre])
-    if code is not None:
-        return None, f"{code} differs from the versions shmvec's native Atari step was checked against"
+        return None, NativeStatus(None, reason)
+    names = emu.unchecked() + unknown_code([pre] if stack is None else [stack, pre], METHODS)
+    if names:
+        return None, unchecked_status(names)
     size = (pre.screen_size[1], pre.screen_size[0])
     warp = checked(tuple(emu.ale.getScreenDims()), size, colour=False)
     if warp is None:
-        return None, f"this OpenCV's INTER_AREA resize to {size} is not the one shmvec restates"
-    step = PreprocessingStep(pre, emu, warp)
-    return (step if stack is None else StackedObservationStep(stack, step)), None
+        why = f"this OpenCV's INTER_AREA resize to {size} is not the one shmvec restates"
+        return None, NativeStatus(None, why)
+    step: Any = PreprocessingStep(pre, emu, warp)
+    step = step if stack is None else StackedObservationStep(stack, step)
+    return step, NativeStatus(step.path)
 
 
 class PreprocessingStep:

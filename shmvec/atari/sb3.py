@@ -19,7 +19,7 @@ wrappers.
 
 Recognised (outermost first; ``[...]`` may be absent), each class exactly (not a subclass), each
 method a native step restates with a source fingerprint it was checked against
-(:data:`~shmvec.atari.emulator.KNOWN`):
+(:data:`~shmvec.atari.fingerprints.KNOWN`):
 
 - ``"sb3-atari"``, SB3's recipe as ``AtariWrapper``'s parameters stack it: ``[AtariWrapper]``,
   ``[ClipRewardEnv]``, ``WarpFrame``, ``[FireResetEnv]``, ``[EpisodicLifeEnv]``,
@@ -43,11 +43,12 @@ import gymnasium as gym
 import numpy as np
 
 from shmvec.atari import palette, records
-from shmvec.atari.emulator import Emulator, emulator, unknown_code
+from shmvec.atari.emulator import METHODS, Emulator, emulator
+from shmvec.atari.fingerprints import unchecked_status, unknown_code
 from shmvec.atari.frames import ChannelsFrame, GrayFrame
 from shmvec.atari.preprocessing import FRAME_STACK, StackedObservationStep
 from shmvec.atari.warp import checked, colour
-from shmvec.native import StepInto, class_name, is_exactly
+from shmvec.native import NativeStatus, StepInto, class_name, is_exactly
 
 SB3 = "stable_baselines3.common.atari_wrappers."
 GYM = "gymnasium.wrappers.transform_observation."
@@ -81,14 +82,21 @@ _ABOVE_LIFE = (
 )  # fmt: skip
 
 
-def recognise(env: gym.Env) -> tuple[Any, str | None]:
+def recognise(env: gym.Env) -> tuple[Any, NativeStatus]:
     """The native step of ``env`` if it is one of the chains of the module docstring (with
-    ``FrameStackObservation`` on top, optionally), else None and the reason."""
+    ``FrameStackObservation`` on top, optionally) and its status, else None and the status saying
+    why not."""
     if is_exactly(env, FRAME_STACK):
-        inner, reason = recognise(env.env)  # type: ignore[attr-defined]
-        if inner is None or isinstance(inner, StackedObservationStep):
-            return None, reason or "FrameStackObservation over FrameStackObservation"
-        return StackedObservationStep(env, inner), None
+        inner, status = recognise(env.env)  # type: ignore[attr-defined]
+        names = [name for name, _ in status.unchecked] + unknown_code([env], METHODS)
+        if names and (inner is not None or status.unchecked):
+            return None, unchecked_status(names)
+        if inner is None:
+            return None, status
+        if isinstance(inner, StackedObservationStep):
+            return None, NativeStatus(None, "FrameStackObservation over FrameStackObservation")
+        stacked = StackedObservationStep(env, inner)
+        return stacked, NativeStatus(stacked.path)
     path = "cleanrl-atari" if is_exactly(env, GYM + "GrayscaleObservation") else "sb3-atari"
     chain, record_name = CHAINS[path]
     found: dict[str, Any] = {}
@@ -98,27 +106,29 @@ def recognise(env: gym.Env) -> tuple[Any, str | None]:
             found[name.rsplit(".", 1)[1]] = layer
             layer = layer.env
         elif not optional:
-            return None, f"{class_name(layer)} where {name} was expected"
+            return None, NativeStatus(None, f"{class_name(layer)} where {name} was expected")
     record = records.record(layer) if is_exactly(layer, record_name) else None
     if record is not None:
         found[record_name.rsplit(".", 1)[1]] = layer
         layer = layer.env
     emu, reason = emulator(layer)
     if emu is None:
-        return None, reason
+        return None, NativeStatus(None, reason)
     if emu.atari._obs_type != "rgb":
-        return None, "AtariEnv with grayscale observations under SB3's wrappers"
-    code = unknown_code(list(found.values()))
-    if code is None and path == "cleanrl-atari":
-        code = unknown_code([found["GrayscaleObservation"], found["ResizeObservation"]], ("__init__",))
-    if code is not None:
-        return None, f"{code} differs from the versions shmvec's native Atari step was checked against"
+        return None, NativeStatus(None, "AtariEnv with grayscale observations under SB3's wrappers")
+    names = emu.unchecked() + unknown_code(list(found.values()), METHODS)
+    if path == "cleanrl-atari":
+        names += unknown_code([found["GrayscaleObservation"], found["ResizeObservation"]], ("__init__",))
+    if names:
+        return None, unchecked_status(names)
     if getattr(found.get("RecordEpisodeStatistics"), "_stats_key", None) in _ATARI_INFO:
-        return None, "RecordEpisodeStatistics' stats_key is a key of AtariEnv's info (its assert fails)"
+        return None, NativeStatus(
+            None, "RecordEpisodeStatistics' stats_key is a key of AtariEnv's info (its assert fails)"
+        )
     stage, reason = _stage(path, found, emu)
     if stage is None:
-        return None, reason
-    return AtariStep(path, env, found, emu, stage, record), None
+        return None, NativeStatus(None, reason)
+    return AtariStep(path, env, found, emu, stage, record), NativeStatus(path)
 
 
 def _stage(path: str, found: dict[str, Any], emu: Emulator) -> tuple[Any, str | None]:
@@ -174,7 +184,7 @@ class AtariStep:
         self.clip = "ClipRewardEnv" in found
         # Life-loss resets natively: with EpisodicLifeEnv, when every reset above it is one KNOWN lists.
         above = [found[name] for name in _ABOVE_LIFE if name in found]
-        self.resets = self.life is not None and unknown_code(above, ("reset",)) is None
+        self.resets = self.life is not None and not unknown_code(above, ("reset",))
         self.reset_obs = np.zeros(self.observers[-1].observation_space.shape, np.uint8)
         self.rgb = palette.rgb_palette()
         self.idx = np.zeros((2, *stage.warp.screen), np.uint8)

@@ -142,6 +142,14 @@ _STACKING: dict[str, str | None] = {}
 STACKINGS = ("vec", "builder", None)
 # Backends that run a recipe's env only (they cannot run Python factories).
 _RECIPE_ONLY: set[str] = {"ale-vec", "ale-vec-async"}
+# Backends whose own C++ envs give other observations than the recipe's wrappers (recipes.py says how).
+_NOT_EXACT: set[str] = {"ale-vec", "ale-vec-async", "envpool"}
+
+
+def exact(backend: str) -> bool:
+    """Whether ``backend`` returns what the in-process reference returns for the same seeds and
+    actions (DummyVecEnv, under VecFrameStack for a recipe): bit-identical, not only alike."""
+    return backend not in _NOT_EXACT
 
 
 def register_backend(

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from shmvec.bench.backends import check_backend, takes_batch, takes_workers
+from shmvec.bench.backends import check_backend, exact, takes_batch, takes_workers
 from shmvec.bench.compare import side_by_side
 from shmvec.bench.policy import parse_policy
 from shmvec.bench.recipes import check_recipe
@@ -21,17 +21,6 @@ WAITING_CPU = 0.5
 MAX_REL_SPREAD = 0.25  # (max - min) / median of the repeats' steps/s
 MAX_OTHER_CORES = 0.3  # CPU (in cores) that processes outside the benchmarked tree took
 MAX_STEAL = 0.05  # fraction of CPU time the hypervisor stole
-
-
-def native_groups(statuses: Sequence[Any]) -> list[dict[str, Any]]:
-    """Envs with the same native status, counted: ``{"path", "reason", "envs"}`` per distinct
-    ``(path, reason)`` of ``statuses`` (a shmvec face's ``native_steps``), in order of first
-    appearance."""
-    counts: dict[tuple[str | None, str | None], int] = {}
-    for status in statuses:
-        key = (status.path, status.reason)
-        counts[key] = counts.get(key, 0) + 1
-    return [{"path": path, "reason": reason, "envs": n} for (path, reason), n in counts.items()]
 
 
 @dataclass(frozen=True)
@@ -93,7 +82,7 @@ class Point:
     steps_per_s: Summary | None = None
     disturbed: list[str] = field(default_factory=list)
     # Which envs shmvec's workers stepped natively (shmvec.native): one {"path", "reason", "envs"} per
-    # distinct status (native_groups); None for a backend that is not shmvec.
+    # distinct status (shmvec.native.grouped); None for a backend that is not shmvec.
     native: list[dict[str, Any]] | None = None
 
     def median(self, name: str) -> float:
@@ -257,25 +246,53 @@ class BenchResult:
             d["side_by_side"] = self.side_by_side()
         return d
 
+    def _rounds(self, n_envs: int) -> dict[str, list[dict[str, float]]]:
+        """Per configuration of ``n_envs`` with samples, in order: its env steps/s and CPU µs per env
+        step round by round (what :func:`shmvec.bench.compare.side_by_side` takes)."""
+        return {
+            p.config.label: [
+                {"steps_per_s": s.steps_per_s, "cpu_us": c}
+                for s, c in zip(p.samples, p.cpu_us_per_env_step())
+            ]
+            for p in self.points
+            if p.config.n_envs == n_envs and p.samples
+        }
+
     def side_by_side(self) -> list[dict[str, Any]]:
         """Per n_envs, every configuration's env steps/s and CPU µs per env step against the first
         configuration of that n_envs (the first of ``backends``), round by round (see
         :func:`shmvec.bench.compare.side_by_side`): ``{"n_envs", "base", "rows"}``."""
         out = []
         for n in sorted({p.config.n_envs for p in self.points}):
-            points = [p for p in self.points if p.config.n_envs == n and p.samples]
-            if not points:
-                continue
-            runs = {
-                p.config.label: [
-                    {"steps_per_s": s.steps_per_s, "cpu_us": c}
-                    for s, c in zip(p.samples, p.cpu_us_per_env_step())
-                ]
-                for p in points
-            }
-            base = points[0].config.label
-            out.append({"n_envs": n, "base": base, "rows": side_by_side(runs, base)})
+            runs = self._rounds(n)
+            if runs:
+                base = next(iter(runs))
+                out.append({"n_envs": n, "base": base, "rows": side_by_side(runs, base)})
         return out
+
+    def verdict(self) -> dict[str, Any] | None:
+        """The first configuration (shmvec, for ``shmvec bench``'s defaults) at the largest n_envs
+        against each other one there, round by round: ``{"label", "exact", "n_envs", "against":
+        [{"label", "exact", "steps_per_s_ratio", "cpu_us_ratio"}]}`` (ratios first / other; ``exact``:
+        bit-identical to the in-process reference), or None for fewer than two configurations there."""
+        n = max((p.config.n_envs for p in self.points), default=0)
+        runs = self._rounds(n)
+        if len(runs) < 2:
+            return None
+        backend = {p.config.label: p.config.backend for p in self.points}
+        first, *others = runs
+        against = []
+        for label in others:
+            row = side_by_side({first: runs[first], label: runs[label]}, label)[0]
+            against.append(
+                {
+                    "label": label,
+                    "exact": exact(backend[label]),
+                    "steps_per_s_ratio": row["steps_per_s_ratio"],
+                    "cpu_us_ratio": row["cpu_us_ratio"],
+                }
+            )
+        return {"label": first, "exact": exact(backend[first]), "n_envs": n, "against": against}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> BenchResult:

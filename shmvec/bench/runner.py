@@ -50,10 +50,10 @@ from shmvec.bench.results import (
     Config,
     Point,
     Sample,
-    native_groups,
 )
 from shmvec.bench.stats import summarize
 from shmvec.engine.start_methods import resolve_start_method
+from shmvec.native import grouped
 
 Progress = Callable[[int, int, str], None]
 
@@ -174,7 +174,7 @@ def _measure(
     spec: BenchSpec,
     seed: int,
 ) -> tuple[Sample, list[dict[str, Any]] | None]:
-    """One window, and which envs stepped natively (:func:`native_groups`; None for a backend that
+    """One window, and which envs stepped natively (:func:`shmvec.native.grouped`; None for a backend that
     is not shmvec); ``env_s``, ``copy_s`` and ``ipc_s`` are left 0 for :func:`_attribute`."""
     n = config.n_envs
     shm_before = system.shm_segments()
@@ -188,7 +188,7 @@ def _measure(
         obs = venv.reset()
         startup_s = time.perf_counter() - t0
         statuses = getattr(venv, "native_steps", None)
-        native = None if statuses is None else native_groups(statuses)
+        native = None if statuses is None else grouped(statuses)
         shm_bytes = sum(s for name, s in system.shm_segments().items() if name not in shm_before)
         procs = list(venv.processes)
         mem0 = system.memory(procs)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import sys
 from collections.abc import Sequence
@@ -25,12 +26,16 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command")
     bench = sub.add_parser(
         "bench",
-        help="measure which VecEnv configuration is fastest on an env (default: ALE Pong raw frames)",
+        help="measure which VecEnv configuration is fastest on an env (default: SB3's Atari recipe on Pong)",
         description="Measure VecEnv backends on an env: steps/s with 95% CIs, where a step's time goes, "
-        "CPU, memory, start-up; then recommend a configuration. With no options: ALE Pong raw frames, "
-        "dummy vs subproc vs shm, n_envs 1,2,4,8, 3 repeats of 2 s (a few minutes). With --train: "
-        "train the same policy on each backend and compare wall-clock time, returns and learning curves.",
+        "CPU, memory, start-up; then recommend a configuration. With no options: SB3's Atari recipe on "
+        "Pong (make_atari_env, 4 frames stacked), 8 envs, ShmVecEnv (frame_stack=4) against ale-py's "
+        "C++ AtariVectorEnv, SubprocVecEnv and DummyVecEnv (and EnvPool where installed), 3 interleaved "
+        "rounds of 2 s (2-3 minutes). --env ALE/Pong-v5: raw frames, dummy vs subproc vs shm, n_envs "
+        "1,2,4,8. With --train: train the same policy on each backend and compare wall-clock time, "
+        "returns and learning curves.",
         epilog="backends (--backends):\n" + describe_backends() + "\nexamples:\n"
+        "  shmvec bench --env ALE/Pong-v5                    # raw frames, no recipe\n"
         "  shmvec bench --backends shm,shm-pin --policy ppo:CnnPolicy\n"
         "  shmvec bench --env PongNoFrameskip-v4 --recipe sb3-atari --n-envs 8 \\\n"
         "               --backends ale-vec,envpool,shm,dummy,subproc\n"
@@ -42,15 +47,16 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument(
         "--env",
         default=None,
-        help="gymnasium id or module:factory (default ALE/Pong-v5; with --recipe, PongNoFrameskip-v4)",
+        help="gymnasium id or module:factory (default: PongNoFrameskip-v4 through --recipe sb3-atari; "
+        "an --env of your own is measured as it is, without a recipe)",
     )
     bench.add_argument(
         "--recipe",
         default=None,
-        help="sb3-atari: every backend builds SB3's Atari recipe over the NoFrameskip-v4 --env "
-        "(make_atari_env, 4 frames stacked: VecFrameStack, or ShmVecEnv's frame_stack=4); ale-vec and "
-        "envpool with SB3-like settings (not bit-identical); adds steps/s and CPU per env step side by "
-        "side, against the first of --backends",
+        help="sb3-atari (the default without --env): every backend builds SB3's Atari recipe over the "
+        "NoFrameskip-v4 --env (make_atari_env, 4 frames stacked: VecFrameStack, or ShmVecEnv's "
+        "frame_stack=4); ale-vec and envpool with SB3-like settings (not bit-identical); adds steps/s "
+        "and CPU per env step side by side, against the first of --backends. none: --env as it is",
     )
     bench.add_argument(
         "--env-kwargs",
@@ -60,8 +66,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     bench.add_argument(
         "--backends",
-        default="dummy,subproc,shm",
-        help="comma-separated backend names, listed below (default dummy,subproc,shm)",
+        default=None,
+        help="comma-separated backend names, listed below (default: with a recipe "
+        f"{','.join(RECIPE_BACKENDS)} and envpool where installed; else {','.join(PLAIN_BACKENDS)})",
     )
     bench.add_argument(
         "--batch-size",
@@ -70,7 +77,9 @@ def _parser() -> argparse.ArgumentParser:
         help="for shm-pool: envs per batch step (default: half of each n_envs, rounded up); use it with "
         "--policy to measure the overlap of the policy and the envs",
     )
-    bench.add_argument("--n-envs", default="1,2,4,8", help="comma-separated env counts (default 1,2,4,8)")
+    bench.add_argument(
+        "--n-envs", default=None, help="comma-separated env counts (default: 8 with a recipe, else 1,2,4,8)"
+    )
     bench.add_argument(
         "--n-workers",
         default=None,
@@ -168,6 +177,31 @@ def _progress_bar(done: int, total: int, message: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
 
+#: What ``shmvec bench`` compares on a recipe, and on an env as it is, unless ``--backends`` says.
+RECIPE_BACKENDS = ("shm", "ale-vec", "subproc", "dummy")
+PLAIN_BACKENDS = ("dummy", "subproc", "shm")
+
+
+def resolve_defaults(args: argparse.Namespace) -> None:
+    """The defaults that depend on each other: no ``--env`` means SB3's Atari recipe on
+    :data:`~shmvec.bench.recipes.DEFAULT_ENV` (the README's headline); an ``--env`` of the user's is
+    measured as it is unless ``--recipe`` says (``--recipe none``: as it is in any case)."""
+    from shmvec.bench.recipes import DEFAULT_ENV
+
+    if args.recipe == "none":
+        args.recipe = None
+    elif args.recipe is None and args.env is None and not args.train:
+        args.recipe = "sb3-atari"
+    args.env = args.env or (DEFAULT_ENV if args.recipe else "ALE/Pong-v5")
+    if args.backends is None:
+        backends: tuple[str, ...] = PLAIN_BACKENDS
+        if args.recipe is not None:
+            backends = RECIPE_BACKENDS + (("envpool",) if importlib.util.find_spec("envpool") else ())
+        args.backends = ",".join(backends)
+    if args.n_envs is None:
+        args.n_envs = "8" if args.recipe is not None else "1,2,4,8"
+
+
 def _check_bench_args(args: argparse.Namespace) -> None:
     """Every check that needs no measuring library, so that a typo fails in well under a second
     instead of after importing SB3 and torch (seconds).
@@ -176,10 +210,10 @@ def _check_bench_args(args: argparse.Namespace) -> None:
     """
     from shmvec.bench.backends import backend_names, check_backend
     from shmvec.bench.policy import parse_policy
-    from shmvec.bench.recipes import DEFAULT_ENV, check_recipe
+    from shmvec.bench.recipes import check_recipe
     from shmvec.engine.start_methods import resolve_start_method
 
-    args.env = args.env or ("ALE/Pong-v5" if args.recipe is None else DEFAULT_ENV)
+    resolve_defaults(args)
     if args.recipe is not None and args.train:
         raise UsageError("--recipe is for measuring steps; --train trains on --env as it is")
     if args.recipe is not None:

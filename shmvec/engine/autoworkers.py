@@ -38,6 +38,7 @@ from __future__ import annotations
 import functools
 import math
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -46,6 +47,7 @@ import gymnasium as gym
 
 from shmvec.engine.flights import pool_workers
 from shmvec.engine.groups import usable_cpus
+from shmvec.errors import NativeStepWarning
 from shmvec.wire import messages as m
 from shmvec.worker.envapi import make_env
 
@@ -128,7 +130,11 @@ def probe(
         options, n_workers=1, codec=None, n_slots=None, copy=True, on_crash="raise", check_finite=False
     )
     one = replace(one, device=None, device_fields=(), pin_memory=None)  # the probe reads no batch
-    engine = build([functools.partial(_timed, env_fns[0])], start_method, one, owner="n_workers='auto' probe")
+    with warnings.catch_warnings():  # the VecEnv being built warns of its envs' native steps once
+        warnings.simplefilter("ignore", NativeStepWarning)
+        engine = build(
+            [functools.partial(_timed, env_fns[0])], start_method, one, owner="n_workers='auto' probe"
+        )
 
     def totals() -> tuple[int, float, float, float]:
         return engine.call(lambda local: m.GetAttr(local, "probe_totals"), [0])[0]

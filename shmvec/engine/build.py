@@ -3,18 +3,22 @@ transport picked for the backend, the engine started."""
 
 from __future__ import annotations
 
+import sys
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
 import gymnasium as gym
 
+from shmvec.atari.fingerprints import warning
 from shmvec.engine import autoworkers
 from shmvec.engine.core import Engine
 from shmvec.engine.flights import FIRST_READY
 from shmvec.engine.groups import split_envs
 from shmvec.engine.options import Options, context
 from shmvec.engine.start_methods import exit_if_reimported_main
+from shmvec.errors import NativeStepWarning
 from shmvec.transports.base import Transport
 
 
@@ -54,7 +58,20 @@ def build(
     )
     engine = Engine(len(env_fns), opts, transport, owner, batch_size, order, info_form)
     engine.start_method = resolved
+    unchecked = warning(engine.native_steps)
+    if unchecked is not None:
+        warnings.warn(unchecked, NativeStepWarning, stacklevel=_outside_shmvec())
     return engine
+
+
+def _outside_shmvec() -> int:
+    """The ``stacklevel`` that points a warning at the first caller outside shmvec (the user's line
+    that built the VecEnv, or the library's that built it for them)."""
+    frame: Any = sys._getframe(1)
+    level = 1
+    while frame is not None and frame.f_globals.get("__name__", "").startswith("shmvec."):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def make_transport(

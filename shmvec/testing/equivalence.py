@@ -270,6 +270,22 @@ def _compare_sb3(
     return _drive("sb3", n, steps, first_reset, reset, step)
 
 
+def sync_vector_env(fns: list, mode: Any) -> gym.vector.SyncVectorEnv:
+    """Gymnasium's ``SyncVectorEnv(fns, autoreset_mode=mode)``, the reference of the Gymnasium face.
+
+    :raises ValueError: for a mode other than ``NEXT_STEP`` under Gymnasium 1.0, whose vector envs
+        reset on the next step only (and take no ``autoreset_mode``).
+    """
+    from gymnasium.vector import SyncVectorEnv
+
+    if hasattr(gym.vector, "AutoresetMode"):
+        return SyncVectorEnv(fns, autoreset_mode=mode)
+    if mode.name != "NEXT_STEP":
+        version = gym.__version__
+        raise ValueError(f"Gymnasium {version}'s SyncVectorEnv resets on the next step only, not {mode}")
+    return SyncVectorEnv(fns)
+
+
 def _run_gymnasium(
     fns: list,
     steps: int,
@@ -279,12 +295,10 @@ def _run_gymnasium(
     wrap: Callable,
     shm_options: dict,
 ) -> tuple[EquivalenceReport, Found]:
-    from gymnasium.vector import SyncVectorEnv
+    from shmvec.vector_env import AutoresetMode, ShmVectorEnv, to_autoreset_mode
 
-    from shmvec.vector_env import ShmVectorEnv, to_autoreset_mode
-
-    mode = to_autoreset_mode(shm_options.pop("autoreset_mode", gym.vector.AutoresetMode.NEXT_STEP))
-    ref = wrap(SyncVectorEnv([functools.partial(_copied, fn) for fn in fns], autoreset_mode=mode))
+    mode = to_autoreset_mode(shm_options.pop("autoreset_mode", AutoresetMode.NEXT_STEP))
+    ref = wrap(sync_vector_env([functools.partial(_copied, fn) for fn in fns], mode))
     try:
         env = ShmVectorEnv(fns, autoreset_mode=mode, **shm_options)
         try:
@@ -316,7 +330,7 @@ def _compare_gymnasium(
         if d := difference(got, want):
             return (f"step {t}", d), 0, 0
         done, ended = want[2] | want[3], (int(np.sum(want[2])), int(np.sum(want[3])))
-        if mode == gym.vector.AutoresetMode.DISABLED and done.any():
+        if mode.name == "DISABLED" and done.any():
             # DISABLED: the caller resets the envs that ended, with seeds of its own.
             seeds = [seed * 1000 + 10 * t + i if d else None for i, d in enumerate(done)]
             masks = [{**(options or {}), "reset_mask": done.copy()} for _ in range(2)]  # Sync pops it

@@ -67,11 +67,10 @@ def adapt(env: gym.Env) -> tuple[Any, NativeStatus]:
         except ImportError as exc:  # numba or OpenCV: the atari extra has both
             return None, NativeStatus(None, f"{exc.name} is not installed (pip install 'shmvec[atari]')")
         if _has_sb3_atari(env):
-            native, reason = sb3.recognise(env)
-            return native, NativeStatus(native.path if native else None, reason)
-        native, reason = preprocessing.recognise(env)
-        if native is not None or type(env).__module__ == _GYM_ATARI[0]:
-            return native, NativeStatus(native.path if native else None, reason)
+            return sb3.recognise(env)
+        native, status = preprocessing.recognise(env)
+        if native is not None or status.unchecked or type(env).__module__ == _GYM_ATARI[0]:
+            return native, status
     layers = GymLayers(env)
     if callable(getattr(type(layers.inner), "step_into", None)):
         return GenericStep(env, layers), NativeStatus(GenericStep.path)
