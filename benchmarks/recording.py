@@ -12,7 +12,8 @@ Video: one clip of ``--length`` steps every ``--every`` steps (default 10,000 an
 target), env 0 alone for shmvec (SB3's recorder tiles all 8, as it always does), H.264. Datasets:
 every env, raw arrays (lossless), the recipe without frame stacking (84x84x1, the observation
 DataCollector can take), written under a temporary MINARI_DATASETS_PATH that is removed after each
-run; finishing the dataset counts in the time. Each run in a fresh interpreter.
+run; finishing the dataset counts in the time. Each run in a fresh interpreter. Each round also
+measures the host's wake-up cost (a pipe round trip between two processes), printed beside.
 """
 
 from __future__ import annotations
@@ -68,9 +69,30 @@ def tree_cpu() -> float:
     return total
 
 
-def run(config: str, steps: int, every: int, length: int) -> tuple[float, float]:
+def round_trip_us(trips: int = 20_000) -> float:
+    """The host's wake-up cost: µs per round trip of one byte each way between two processes over
+    pipes (it moves every ratio of IPC against in-process stepping; MEASURED.md)."""
+    down, up = os.pipe(), os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        for _ in range(trips):
+            os.write(up[1], os.read(down[0], 1))
+        os._exit(0)
+    start = time.perf_counter()
+    for _ in range(trips):
+        os.write(down[1], b"x")
+        os.read(up[0], 1)
+    elapsed = time.perf_counter() - start
+    os.waitpid(pid, 0)
+    for fd in (*down, *up):
+        os.close(fd)
+    return elapsed / trips * 1e6
+
+
+def run(config: str, steps: int, every: int, length: int, work: str) -> tuple[float, float]:
     """Env steps/s of one configuration (in this interpreter), and the CPU µs per env step of its
-    process tree (less sensitive than throughput to what else runs on the machine)."""
+    process tree (less sensitive than throughput to what else runs on the machine); videos and
+    datasets go to ``work``."""
     import ale_py
     import gymnasium as gym
     import numpy as np
@@ -81,7 +103,6 @@ def run(config: str, steps: int, every: int, length: int) -> tuple[float, float]
     from shmvec import ShmVecEnv
 
     gym.register_envs(ale_py)
-    work = tempfile.mkdtemp(prefix="shmvec-rec-")
     os.environ["MINARI_DATASETS_PATH"] = work
     kwargs: dict[str, Any] = {"n_envs": N, "seed": 0, "env_kwargs": {"render_mode": "rgb_array"}}
     trigger = lambda step: step % every == 0  # noqa: E731
@@ -104,7 +125,6 @@ def run(config: str, steps: int, every: int, length: int) -> tuple[float, float]
             one.create_dataset(f"bench/minari-{i}-v0")
         elapsed, cpu = time.perf_counter() - start, tree_cpu() - cpu
         env.close()
-        shutil.rmtree(work, ignore_errors=True)
         return steps * N / elapsed, cpu / (steps * N) * 1e6
     if config.startswith("shm") or config == "sb3-video-shm":
         options: dict[str, Any] = {"start_method": "fork"}  # the workers have ale-py registered
@@ -136,7 +156,6 @@ def run(config: str, steps: int, every: int, length: int) -> tuple[float, float]
         recording.finish()
     elapsed, cpu = time.perf_counter() - start, tree_cpu() - cpu
     venv.close()
-    shutil.rmtree(work, ignore_errors=True)
     return steps * N / elapsed, cpu / (steps * N) * 1e6
 
 
@@ -153,7 +172,11 @@ def main() -> None:
     parser.add_argument("--one", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
-        print(json.dumps(run(args.one, args.steps, args.every, args.length)))
+        work = tempfile.mkdtemp(prefix="shmvec-rec-")
+        try:
+            print(json.dumps(run(args.one, args.steps, args.every, args.length, work)))
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
         return
     configs = args.configs.split(",")
     unknown = set(configs) - set(CONFIGS)
@@ -161,7 +184,10 @@ def main() -> None:
         parser.error(f"unknown configs {sorted(unknown)}")
     samples: dict[str, list[float]] = {c: [] for c in configs}
     cpus: dict[str, list[float]] = {c: [] for c in configs}
+    trips: list[float] = []
     for r in range(args.rounds):
+        trips.append(round_trip_us())
+        print(f"round {r + 1}: pipe round trip {trips[-1]:.0f} µs", flush=True)
         for config in configs:
             cmd = [sys.executable, __file__, "--one", config, "--steps", str(args.steps)]
             cmd += ["--every", str(args.every), "--length", str(args.length)]
@@ -174,6 +200,7 @@ def main() -> None:
                 flush=True,
             )
     print(f"\n{GAME}, n={N}, {args.steps} steps per run, clip of {args.length} every {args.every}")
+    print(f"host: pipe round trip {statistics.median(trips):.0f} µs ({min(trips):.0f}-{max(trips):.0f})")
     for config in configs:
         s = samples[config]
         line = f"{config:18s} {statistics.median(s):8.0f} ({min(s):.0f}-{max(s):.0f}) env steps/s"
@@ -192,7 +219,9 @@ def main() -> None:
         print(line + f"   [{CONFIGS[config]}]")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"args": vars(args), "samples": samples, "cpu_us": cpus}, f, indent=1)
+            json.dump(
+                {"args": vars(args), "samples": samples, "cpu_us": cpus, "round_trip_us": trips}, f, indent=1
+            )
 
 
 if __name__ == "__main__":

@@ -131,13 +131,38 @@ class KeptEpisodes(gym.wrappers.RecordVideo):
         super().stop_recording()
 
 
+def assert_per_env_clips_equal(env, references: list[KeptEpisodes], folder: str, at_least: int) -> None:
+    """Close ``env`` and the references; env ``i``'s clips (``rl-video-env-<i>-...``) are reference
+    ``i``'s, name for name and frame for frame (at least ``at_least`` clips each, of 2+ frames)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        env.close()
+        for ref in references:
+            ref.close()
+    ours = sorted(os.listdir(folder))
+    for i, ref in enumerate(references):
+        mine = [n for n in ours if n.startswith(f"rl-video-env-{i}-")]
+        assert [n.replace(f"-env-{i}", "").replace(".incomplete", "") for n in mine] == sorted(ref.kept)
+        assert len(mine) >= at_least
+        for name in mine:
+            decoded = decode(os.path.join(folder, name))
+            kept = ref.kept[name.replace(f"-env-{i}", "").replace(".incomplete", "")]
+            assert len(decoded) == len(kept) > 1, name
+            for got, want in zip(decoded, kept):
+                np.testing.assert_array_equal(got, want)
+
+
 @pytest.mark.slow
-def test_gymnasium_episode_clips_equal_gymnasiums_record_video(tmp_path, no_leaks):
+@pytest.mark.parametrize("length", [0, 3], ids=["whole-episodes", "3-steps"])
+def test_gymnasium_episode_clips_equal_gymnasiums_record_video(length, tmp_path, no_leaks):
     trigger = lambda episode: episode % 2 == 0  # noqa: E731
-    references = [KeptEpisodes(PaintEnv(), str(tmp_path / "ref"), episode_trigger=trigger) for _ in range(2)]
+    references = [
+        KeptEpisodes(PaintEnv(), str(tmp_path / "ref"), episode_trigger=trigger, video_length=length)
+        for _ in range(2)
+    ]
     env = RecordVideo(
         ShmVectorEnv([paint] * 2, n_workers=2), str(tmp_path / "ours"), episode_trigger=trigger,
-        env_ids=(0, 1), encoding=Encoding.lossless(),
+        video_length=length, env_ids=(0, 1), encoding=Encoding.lossless(),
     )  # fmt: skip
     rng = np.random.default_rng(1)
     env.reset(seed=[10, 11])
@@ -154,22 +179,7 @@ def test_gymnasium_episode_clips_equal_gymnasiums_record_video(tmp_path, no_leak
             else:
                 _, _, term, trunc, _ = ref.step(actions[i])
                 done[i] = term or trunc
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        env.close()
-        for ref in references:
-            ref.close()
-    ours = sorted(os.listdir(tmp_path / "ours"))
-    for i, ref in enumerate(references):
-        mine = [n for n in ours if n.startswith(f"rl-video-env-{i}-")]
-        assert [n.replace(f"-env-{i}", "").replace(".incomplete", "") for n in mine] == sorted(ref.kept)
-        assert len(mine) >= 3
-        for name in mine:
-            decoded = decode(str(tmp_path / "ours" / name))
-            kept = ref.kept[name.replace(f"-env-{i}", "").replace(".incomplete", "")]
-            assert len(decoded) == len(kept), name
-            for got, want in zip(decoded, kept):
-                np.testing.assert_array_equal(got, want)
+    assert_per_env_clips_equal(env, references, str(tmp_path / "ours"), at_least=3)
 
 
 def test_sb3_face_episode_trigger_equals_record_video_per_env(tmp_path, no_leaks):
@@ -192,21 +202,7 @@ def test_sb3_face_episode_trigger_equals_record_video_per_env(tmp_path, no_leaks
             _, _, term, trunc, _ = ref.step(actions[i])
             if term or trunc:
                 ref.reset()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        venv.close()
-        for ref in references:
-            ref.close()
-    ours = sorted(os.listdir(tmp_path / "ours"))
-    for i, ref in enumerate(references):
-        mine = [n for n in ours if n.startswith(f"rl-video-env-{i}-")]
-        assert [n.replace(f"-env-{i}", "").replace(".incomplete", "") for n in mine] == sorted(ref.kept)
-        for name in mine:
-            kept = ref.kept[name.replace(f"-env-{i}", "").replace(".incomplete", "")]
-            decoded = decode(str(tmp_path / "ours" / name))
-            assert len(decoded) == len(kept) > 1
-            for got, want in zip(decoded, kept):
-                np.testing.assert_array_equal(got, want)
+    assert_per_env_clips_equal(venv, references, str(tmp_path / "ours"), at_least=1)
 
 
 def test_gymnasium_step_trigger_clips_are_the_vector_steps_frames(tmp_path, no_leaks):
