@@ -156,6 +156,8 @@ def run(config: str, steps: int, every: int, length: int, work: str) -> tuple[fl
         recording.finish()
     elapsed, cpu = time.perf_counter() - start, tree_cpu() - cpu
     venv.close()
+    if config == "shm-video" and steps > length and len(venv.recorder.written) != 1:
+        sys.exit(f"shm-video: the clip was not written whole ({venv.recorder.incomplete})")
     return steps * N / elapsed, cpu / (steps * N) * 1e6
 
 

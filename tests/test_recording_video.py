@@ -237,7 +237,8 @@ def test_gymnasium_step_trigger_clips_are_the_vector_steps_frames(tmp_path, no_l
 
 
 @pytest.mark.slow
-def test_native_atari_path_stays_on_and_clip_is_alestate_render(tmp_path, no_leaks):
+@pytest.mark.parametrize("start", [0, 3])  # 0: the clip opens before the envs' first frame exists
+def test_native_atari_path_stays_on_and_clip_is_alestate_render(start, tmp_path, no_leaks):
     ale_py = require("ale_py", "pip install 'shmvec[atari]'")
     from stable_baselines3.common.env_util import make_atari_env
 
@@ -248,7 +249,7 @@ def test_native_atari_path_stays_on_and_clip_is_alestate_render(tmp_path, no_lea
     venv = VecVideoRecorder(
         make_atari_env("PongNoFrameskip-v4", n_envs=2, vec_env_cls=ShmVecEnv, vec_env_kwargs=fork, **kwargs),
         str(tmp_path),
-        lambda s: s == 3, video_length=20, env_ids=[1], encoding=Encoding.lossless(),
+        lambda s: s == start, video_length=20, env_ids=[1], encoding=Encoding.lossless(),
     )  # fmt: skip
     reference = make_atari_env("PongNoFrameskip-v4", n_envs=2, **kwargs)
     venv.reset(), reference.reset()
@@ -260,10 +261,16 @@ def test_native_atari_path_stays_on_and_clip_is_alestate_render(tmp_path, no_lea
         reference.step(actions)
         rendered.append(reference.envs[1].render())
     assert [s.path for s in venv.unwrapped.native_steps] == ["sb3-atari"] * 2
+    name = f"rl-video-step-{start}-to-step-{start + 20}.mp4"
+    # The encoder works during training, not only at close (a long clip would fill the tape).
+    deadline = time.monotonic() + 30  # a bound on a hang
+    while not venv.recorder.written and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert venv.recorder.written == [str(tmp_path / name)]
     venv.close()
-    decoded = decode(str(tmp_path / "rl-video-step-3-to-step-23.mp4"))
+    decoded = decode(str(tmp_path / name))
     assert len(decoded) == 21
-    for got, want in zip(decoded, rendered[3:24]):
+    for got, want in zip(decoded, rendered[start : start + 21]):
         np.testing.assert_array_equal(got, want)
 
 

@@ -260,6 +260,8 @@ class VideoRecording:
         depth = max(8, min(self.video_length + 2, TAPE_BYTES // (frames[0].nbytes * len(self.env_ids))))
         self.tape = tape = Tape.create([("frame", shape, np.dtype(np.uint8))], self.env_ids, depth)
         self.encoder = Encoder(tape, self.step_trigger is not None, self._name_of, self.fps, self.encoding)
+        if self.recording:  # a clip opened before its first frame could be rendered (at the first reset)
+            self.encoder.wake()
         trigger = None if self.episode_trigger is None else cloudpickle.dumps(self.episode_trigger)
         episodes: list[tuple[int, int, int]] = []
         if trigger is not None and reset:
