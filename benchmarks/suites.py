@@ -1,10 +1,10 @@
 """Running another project's own tests against shmvec (``gymnasium_suite.py``, ``sb3_suite.py``).
 
-The checkout's ``tests/`` is linked into a temporary directory that becomes the working directory
-and goes on ``PYTHONPATH``: worker processes unpickle env factories defined in the test modules, so
-they import ``tests.*`` (forkserver and spawn workers read ``PYTHONPATH``, not our ``sys.path``), and
-a directory holding only that link keeps the checkout's own package from shadowing the installed
-one, which is what shmvec runs on.
+The checkout's test directory (``tests/``, Tianshou's ``test/``) is linked into a temporary directory
+that becomes the working directory and goes on ``PYTHONPATH``: worker processes unpickle env
+factories defined in the test modules, so they import ``tests.*`` (forkserver and spawn workers read
+``PYTHONPATH``, not our ``sys.path``), and a directory holding only that link keeps the checkout's
+own package from shadowing the installed one, which is what shmvec runs on.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import pytest
@@ -25,21 +25,32 @@ class Outcomes:
 
     def __init__(self) -> None:
         self.by_test: dict[str, str] = {}
+        self.why: dict[str, str] = {}  # a failed or errored test's report, for known failures' checks
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.failed:
             outcome = "failed" if report.when == "call" else "error"
             self.by_test.setdefault(report.nodeid, outcome)
+            self.why.setdefault(report.nodeid, report.longreprtext)
         elif report.skipped or report.when == "call":
             self.by_test.setdefault(report.nodeid, report.outcome)
 
 
-def run(src: Path, paths: Sequence[str], label: str, pytest_args: Sequence[str], out: Path | None) -> int:
-    """Run ``paths`` (under the checkout ``src``'s ``tests/``) with pytest and the checkout's
+def run(
+    src: Path,
+    paths: Sequence[str],
+    label: str,
+    pytest_args: Sequence[str],
+    out: Path | None,
+    known: Mapping[str, str] | None = None,
+) -> int:
+    """Run ``paths`` (under the checkout ``src``'s test directories) with pytest and the checkout's
     configuration; print the failed and errored test ids and the counts under ``label``; write
-    ``{test id: outcome}`` to ``out`` if given. Returns pytest's exit code."""
+    ``{test id: outcome}`` to ``out`` if given. Returns pytest's exit code, or with ``known``
+    (``{test id: text its failure report holds}``) the verdict of :func:`check_known`."""
     root = Path(tempfile.mkdtemp(prefix="suite-tests-"))
-    (root / "tests").symlink_to(src / "tests")
+    for top in sorted({Path(p).parts[0] for p in paths}):
+        (root / top).symlink_to(src / top)
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))
     outcomes = Outcomes()
     here = Path.cwd()
@@ -60,7 +71,23 @@ def run(src: Path, paths: Sequence[str], label: str, pytest_args: Sequence[str],
     print(f"{label}: {counts}")
     if out:
         out.write_text(json.dumps(outcomes.by_test, indent=1, sort_keys=True))
-    return int(code)
+    return int(code) if known is None else check_known(outcomes, known)
+
+
+def check_known(outcomes: Outcomes, known: Mapping[str, str]) -> int:
+    """0 when exactly the ``known`` tests failed, each with its expected text in its report; else 1,
+    after saying which test failed that should not have, failed otherwise, or passed."""
+    bad = []
+    for test, outcome in sorted(outcomes.by_test.items()):
+        if outcome in ("failed", "error") and test not in known:
+            bad.append(f"  {outcome} and not a known failure: {test}")
+        elif test in known and outcome not in ("failed", "error"):
+            bad.append(f"  known failure {outcome} (update the list): {test}")
+        elif test in known and known[test] not in outcomes.why[test]:
+            bad.append(f"  known failure failed otherwise (its report lacks {known[test]!r}): {test}")
+    bad += [f"  known failure did not run: {t}" for t in sorted(set(known) - set(outcomes.by_test))]
+    print("\n".join(bad) or f"every failure is one of the {len(known)} known ones, for its known reason")
+    return int(bool(bad))
 
 
 def main(
@@ -70,6 +97,7 @@ def main(
     paths: Sequence[str],
     substitute: Callable[[], None],
     labels: tuple[str, str],
+    known: Mapping[str, str] | None = None,
 ) -> int:
     """A suite script's command line: ``SRC [--unmodified] [--json FILE] [pytest args]``.
 
@@ -78,6 +106,8 @@ def main(
     :param paths: the tests to run, relative to SRC.
     :param substitute: puts shmvec in the peer's place (skipped with ``--unmodified``).
     :param labels: the summary's label unmodified, and with shmvec.
+    :param known: with shmvec, the tests that fail and a text each one's report holds
+        (:func:`check_known`); ``None``: pytest's exit code decides.
     """
     parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("src", type=Path, help=source)
@@ -91,4 +121,5 @@ def main(
     if not args.unmodified:
         substitute()
     label = labels[0] if args.unmodified else labels[1]
-    return run(src, paths, label, pytest_args, args.json.resolve() if args.json else None)
+    out = args.json.resolve() if args.json else None
+    return run(src, paths, label, pytest_args, out, None if args.unmodified else known)

@@ -64,6 +64,11 @@ class DictImageEnv(gym.Env):
     def modules_loaded(self, name: str) -> bool:
         return name in sys.modules
 
+    @property
+    def loaded_modules(self) -> frozenset[str]:
+        """The modules of this env's process (an attribute: Tianshou's faces have no method calls)."""
+        return frozenset(sys.modules)
+
     def threads_env(self) -> str | None:
         return os.environ.get("OMP_NUM_THREADS")
 

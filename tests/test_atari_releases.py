@@ -208,3 +208,25 @@ def test_no_warning_when_nothing_is_lost_or_the_user_said_so(no_leaks, monkeypat
     assert _native_warnings(record) == []
     if request.node.callspec.id == "native":
         assert all(s.path == "sb3-atari" for s in env.native_steps)
+
+
+def test_shmvec_native_says_which_path_and_why_without_code(no_leaks, monkeypatch, capsys):
+    from shmvec.cli.main import main
+
+    assert main(["native", "--start-method", "fork"]) == 0
+    out = capsys.readouterr().out
+    assert "PongNoFrameskip-v4 through sb3-atari, frame_stack=4:" in out
+    assert "native step: 1 of 1 envs (sb3-atari+frame-stack)" in out
+    assert f"gymnasium {fingerprints.installed('gymnasium')}" in out
+    # A release shmvec was not checked against: the path is off, and the command says which code.
+    not_checked(monkeypatch, MAX_SKIP)
+    assert main(["native", "--start-method", "fork"]) == 1
+    out = capsys.readouterr().out
+    assert "native step: 0 of 1 envs" in out
+    assert f"{MAX_SKIP} (stable-baselines3 {fingerprints.installed('stable-baselines3')})" in out
+    assert "1 of 1 envs step through their Python wrappers" in out and "pip install" in out
+    # Raw frames with no native path; a bad name is one line and status 2.
+    assert main(["native", "--env", "CartPole-v1", "--start-method", "fork"]) == 1
+    assert "native step: none" in capsys.readouterr().out
+    assert main(["native", "--env", "Pongg-v5"]) == 2
+    assert capsys.readouterr().err.startswith("shmvec native: error: cannot create env 'Pongg-v5'")

@@ -131,6 +131,18 @@ def test_what_the_recipe_cannot_run_is_refused(call, message):
         call()
 
 
+def test_gymnasium_backends_on_gymnasium_1_0_are_refused_with_the_release_they_need(monkeypatch):
+    import gymnasium as gym
+
+    if hasattr(gym.vector, "AutoresetMode"):
+        check_backend("sync")
+        monkeypatch.delattr(gym.vector, "AutoresetMode")  # as on Gymnasium 1.0
+    for name in ("sync", "async"):
+        with pytest.raises(ValueError, match=f"backend '{name}' needs Gymnasium >= 1.1"):
+            check_backend(name)
+    check_backend("shm-vector")
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

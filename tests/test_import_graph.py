@@ -149,6 +149,7 @@ FLOORS: list[tuple[str, ...]] = [
     ("shmvec.testing",),
     ("shmvec.bench", "shmvec.fidelity", "shmvec.recording"),  # tools: they use the faces
     ("shmvec.vector_make",),
+    ("shmvec.tianshou", "shmvec.torchrl", "shmvec.rllib"),  # adapters for other RL libraries: faces
     ("shmvec.vec_env", "shmvec.vector_env"),  # the faces
     ("shmvec.recorder",),  # recording's wrappers and readers, over the engine (never the faces)
     ("shmvec.vector",),  # the Gymnasium face's mixins
@@ -232,3 +233,14 @@ ROOT_LIMIT = 13
 def test_the_root_holds_few_modules():
     root = sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem not in ("__init__", "__main__", "_version"))
     assert len(root) <= ROOT_LIMIT, f"{len(root)} modules at the root (at most {ROOT_LIMIT}): {root}"
+
+
+# Adapters for other libraries: faces over the engine or ShmVectorEnv that nothing else in shmvec
+# imports (their library is an extra, and `import shmvec` stays free of it; tests/test_adapters.py
+# checks that only each adapter imports its library).
+ADAPTERS = ("shmvec.tianshou", "shmvec.torchrl", "shmvec.rllib")
+
+
+def test_nothing_imports_an_adapter():
+    bad = [f"{m} -> {t}" for m, targets in GRAPH.items() for t in targets if t in ADAPTERS and wing(m) != t]
+    assert not bad, f"imports of an adapter: {bad}"

@@ -226,6 +226,12 @@ def check_backend(name: str, recipe: str | None = None) -> None:
         raise ValueError(f"backend {name!r} cannot stack frames for --recipe {recipe}; choose from {able}")
     if recipe is None and name in _RECIPE_ONLY:
         raise ValueError(f"backend {name!r} runs with --recipe sb3-atari only (it runs no Python env)")
+    if name in ("sync", "async") and not hasattr(gym.vector, "AutoresetMode"):
+        # They are measured resetting in the step that ends an episode, as SB3's VecEnvs do.
+        raise ValueError(
+            f"backend {name!r} needs Gymnasium >= 1.1 (its vector envs reset in the same step); "
+            f"Gymnasium {gym.__version__} resets on the next step only"
+        )
 
 
 def make_vec_env(

@@ -144,6 +144,9 @@ def _parser() -> argparse.ArgumentParser:
     from shmvec.cli.codecs_command import add_parser as add_codecs_parser
 
     add_codecs_parser(sub)
+    from shmvec.cli.native_command import add_parser as add_native_parser
+
+    add_native_parser(sub)
     return parser
 
 
@@ -354,6 +357,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from shmvec.cli.codecs_command import run as codecs
 
             return codecs(args)
+        if args.command == "native":
+            from shmvec.cli.native_command import run as native
+
+            return native(args)
         return _bench(args)
     except UsageError as exc:
         print(f"shmvec {args.command}: error: {exc}", file=sys.stderr)

@@ -30,6 +30,7 @@ def build(
     batch_size: int | None = None,
     order: str = FIRST_READY,
     info_form: str = "dicts",
+    same_spaces: bool = True,
 ) -> Engine:
     """An engine stepping ``env_fns`` (see :class:`~shmvec.engine.core.Engine` for the rest).
 
@@ -56,7 +57,7 @@ def build(
     transport = make_transport(
         opts, ctx, resolved, split_envs(len(env_fns), opts.n_workers), opts.env_fns(env_fns)
     )
-    engine = Engine(len(env_fns), opts, transport, owner, batch_size, order, info_form)
+    engine = Engine(len(env_fns), opts, transport, owner, batch_size, order, info_form, same_spaces)
     engine.start_method = resolved
     unchecked = warning(engine.native_steps)
     if unchecked is not None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import multiprocessing
+import time
 import weakref
 from typing import Any
 
@@ -55,6 +56,8 @@ class Engine(EnvCalls, Resets):
         ``"deterministic"``).
     :param info_form: ``"dicts"`` (typed infos merged into each env's dict, SB3's form) or
         ``"arrays"`` (left as columns over the batch, Gymnasium's form).
+    :param same_spaces: every env has env 0's spaces (default); False: their shapes and dtypes
+        suffice (see :func:`shmvec.engine.startup.start`).
     """
 
     def __init__(
@@ -66,6 +69,7 @@ class Engine(EnvCalls, Resets):
         batch_size: int | None = None,
         order: str = FIRST_READY,
         info_form: str = "dicts",
+        same_spaces: bool = True,
     ) -> None:
         self.closed = True  # until start-up succeeds, close() has nothing of ours to do
         self.closed_by_close = False  # close() was called while open (else a failure closed it)
@@ -89,7 +93,7 @@ class Engine(EnvCalls, Resets):
         self._finalizer = weakref.finalize(self, transport.close)
         self.closed = False
         try:
-            env_spaces = startup.start(transport, range(self.n_workers), self.worker_envs)
+            env_spaces = startup.start(transport, range(self.n_workers), self.worker_envs, same_spaces)
             self.layout = layout = startup.lay_out(env_spaces, options, self.slots, self.n_workers)
             transport.bind(layout.ring)
             self.attach_msg = m.Attach(
@@ -197,9 +201,11 @@ class Engine(EnvCalls, Resets):
 
     # ------------------------------------------------------------------ send
 
-    def send(self, actions: Any, env_ids: Any = None) -> None:
+    def send(self, actions: Any, env_ids: Any = None, partial: bool = False) -> None:
         """Give envs ``env_ids`` (None: every env, in order) their next actions; a worker's group
         steps once all of its envs have one. ``actions`` may be reused by the caller afterwards.
+        ``partial`` (with ``env_ids``): the caller takes the results as they come
+        (``recv(at_least=...)`` of fewer than these), so each worker is seen to finish on its own.
 
         :raises ValueError: for a bad ``env_ids`` or action count, or an env still stepping.
         :raises RuntimeError: ``env_ids=None`` while steps are in flight.
@@ -210,7 +216,7 @@ class Engine(EnvCalls, Resets):
         if env_ids is not None:
             workers, per_worker = flights.stage(flights.check_ids(env_ids), actions, ring)
             if workers:
-                self._post_steps(workers, per_worker, [self.slots.advance(w) for w in workers])
+                self._post_steps(workers, per_worker, [self.slots.advance(w) for w in workers], partial)
             return
         if not flights.idle:
             raise RuntimeError("step_async() called twice without step_wait() (or send() before recv())")
@@ -225,9 +231,11 @@ class Engine(EnvCalls, Resets):
             self.reader.keep_previous()
         self._post_steps(list(range(self.n_workers)), per_worker, [slot] * self.n_workers)
 
-    def _post_steps(self, workers: list[int], actions: list[Any] | None, slots: list[int]) -> None:
+    def _post_steps(
+        self, workers: list[int], actions: list[Any] | None, slots: list[int], partial: bool = False
+    ) -> None:
         """Post a step to each of ``workers`` (into its slot of ``slots``; ``actions``: one list per
-        worker, or None when they are in the ring)."""
+        worker, or None when they are in the ring; ``partial``: as for :meth:`send`)."""
         flights, needs_reset = self.flights, self.supervisor.needs_reset
         typed = self.typed_infos
         if typed.untold and typed.columns is not None:
@@ -256,9 +264,9 @@ class Engine(EnvCalls, Resets):
         # the next batch can come from other envs and these step while the policy runs.
         if self._openmp is not None:
             self._openmp.before_step(len(flights.ready) + len(flights.busy) >= flights.per_batch)
-        one = every and len(posted) == self.n_workers
+        one = every and len(posted) == self.n_workers and not partial
         faults = self.transport.post(
-            range(self.n_workers) if one else posted, commands[0] if one else commands
+            range(self.n_workers) if one else posted, commands[0] if one else commands, partial
         )
         flights.busy.update(zip(posted, commands))
         if faults:
@@ -266,22 +274,28 @@ class Engine(EnvCalls, Resets):
 
     # ------------------------------------------------------------------ recv
 
-    def recv(self, limit: float | None = None) -> Batch:
+    def recv(self, limit: float | None = None, at_least: int | None = None) -> Batch:
         """Wait for the next batch and read it out of the ring.
 
         :param limit: seconds to wait at most (None: as long as it takes); past it,
-            ``multiprocessing.TimeoutError`` is raised and the steps stay in flight.
+            ``multiprocessing.TimeoutError`` is raised and the steps stay in flight (those that
+            arrived meanwhile are kept for the next ``recv``).
+        :param at_least: None: the next batch of ``batch_size`` envs; else every worker ready, once
+            they hold this many envs (or every env in flight, when fewer are): a batch of any size
+            (:meth:`~shmvec.engine.flights.Flights.choose_ready`).
         :raises RuntimeError: when too few envs are stepping to fill a batch (a hang otherwise).
         """
         self.check_open()
         flights = self.flights
+        deadline = None if limit is None else time.monotonic() + limit
         while True:
-            workers = flights.choose()
+            workers = flights.choose() if at_least is None else flights.choose_ready(at_least)
             if workers is not None:
                 break
-            awaited, need = flights.awaited()
-            outcome = self.transport.wait(awaited, need, limit)
-            if limit is not None and not (outcome.finished or outcome.faults):
+            awaited, need = flights.awaited(at_least)
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            outcome = self.transport.wait(awaited, need, left)
+            if left is not None and not (outcome.finished or outcome.faults):
                 raise multiprocessing.TimeoutError(f"the next batch did not arrive within {limit:g} s")
             self.land(outcome)
         arrived = list(map(flights.ready.pop, workers))

@@ -209,13 +209,56 @@ class Flights:
             return sorted(workers)
         return None
 
+    def choose_ready(self, at_least: int) -> list[int] | None:
+        """Every ready worker (ascending) once their envs number ``at_least``, or all the envs ready
+        or in flight when fewer are; else None. The batch of a caller that takes whatever is ready
+        (Tianshou's ``wait_num``), whatever ``order`` says.
+
+        :raises RuntimeError: when no env is ready or in flight (a hang otherwise).
+        """
+        groups = self.groups
+        ready = sum(len(groups[w]) for w in self.ready)
+        busy = sum(len(groups[w]) for w in self.busy)
+        if not ready + busy:
+            raise RuntimeError("recv(): no env is stepping: send() actions first")
+        return sorted(self.ready) if ready >= min(at_least, ready + busy) else None
+
+    def whole_groups(self, ids: np.ndarray, call: str) -> list[int]:
+        """The workers whose groups ``ids`` (checked env indices) make up exactly, ascending, all idle.
+
+        :raises ValueError: when ``ids`` splits a worker's group or names an env whose worker is busy
+            or has a reply not received yet.
+        """
+        listed = ids.tolist()
+        workers = sorted({self.owner[i] for i in listed})
+        for w in workers:
+            g = self.groups[w]
+            if w in self.busy or w in self.ready or w in self.pending:
+                raise ValueError(
+                    f"{call}(): envs {g.start}..{g.stop - 1} (worker {w}) are stepping: receive them first"
+                )
+        if len(listed) != sum(len(self.groups[w]) for w in workers):
+            split = next(w for w in workers if not set(self.groups[w]) <= set(listed))
+            g = self.groups[split]
+            raise ValueError(
+                f"{call}(): worker {split} steps envs {g.start}..{g.stop - 1} together: name all of them "
+                f"or none, got {listed} (one env per worker takes any envs)"
+            )
+        return workers
+
     def deterministic_next(self) -> list[int]:
         """The workers of the next batch in deterministic order."""
         n_workers = len(self.groups)
         return [(self.next_worker + k) % n_workers for k in range(self.per_batch)]
 
-    def awaited(self) -> tuple[list[int], int]:
-        """The busy workers to wait on for the next batch, and how many of them must answer."""
+    def awaited(self, at_least: int | None = None) -> tuple[list[int], int]:
+        """The busy workers to wait on for the next batch, and how many of them must answer (for
+        :meth:`choose_ready` with ``at_least``: at least as many as could bring that many envs)."""
+        if at_least is not None:
+            groups = self.groups
+            short = min(at_least, sum(len(groups[w]) for w in (*self.ready, *self.busy)))
+            short -= sum(len(groups[w]) for w in self.ready)
+            return sorted(self.busy), max(1, -(-short // max(len(groups[w]) for w in self.busy)))
         if self.order == FIRST_READY:
             return sorted(self.busy), self.per_batch - len(self.ready)
         missing = [w for w in self.deterministic_next() if w in self.busy]

@@ -12,9 +12,11 @@ from typing import Any
 
 import numpy as np
 
+from shmvec.engine.batch import Batch
 from shmvec.engine.batch_reader import BatchReader
 from shmvec.engine.flights import Flights
 from shmvec.engine.obs_reader import Reader
+from shmvec.engine.recovery import NOTHING_ENDED
 from shmvec.engine.slots import Slots
 from shmvec.engine.supervisor import Supervisor
 from shmvec.memory.ring import Ring
@@ -73,6 +75,35 @@ class Resets:
         reset observations come back through :meth:`recv`, a batch at a time."""
         self._post_resets(seeds, kwargs, None, whole=False)
 
+    def reset_idle(
+        self, env_ids: Any, seeds: Sequence[int | None], kwargs: Sequence[dict[str, Any]]
+    ) -> Batch:
+        """Reset envs ``env_ids`` (whole worker groups, whose workers are idle) and return their batch,
+        while the steps of other workers stay in flight (Tianshou's asynchronous ``reset(id)``).
+        ``seeds`` and ``kwargs``: one per env of the vector env, as for :meth:`reset`; the batch's
+        infos are the reset infos.
+
+        :raises ValueError: for bad ``env_ids``, ids that split a worker's group, or a worker that is
+            stepping (nothing is sent then).
+        """
+        self.check_open()
+        self.refuse_during_call("reset")
+        flights = self.flights
+        ids = flights.check_ids(env_ids)
+        workers = flights.whole_groups(ids, "reset")
+        chosen = set(ids.tolist())
+        self.supervisor.note_seeds([s if i in chosen else None for i, s in enumerate(seeds)])
+        self._post_reset_commands(workers, [self.slots.advance(w) for w in workers], seeds, kwargs, None)
+        posted = [w for w in workers if w in flights.busy]  # not those whose post failed
+        try:
+            self.land(self.transport.wait(posted, len(posted)))
+            arrived = [flights.ready[w] for w in workers]
+        finally:
+            # Also when an env raised: no reply of this reset may come back as a later batch.
+            for w in workers:
+                flights.ready.pop(w, None)
+        return self.reading.read(workers, arrived, NOTHING_ENDED)
+
     def _post_resets(
         self, seeds: Sequence[int | None], kwargs: Sequence[dict[str, Any]], mask: Any, whole: bool
     ) -> int:
@@ -85,21 +116,34 @@ class Resets:
         slot = self.slots.advance_all() if whole else -1
         if whole and (self.restart or mask is not None):
             self.reader.keep_previous()
+        workers = list(range(self.n_workers))
+        slots = [slot if whole else self.slots.advance(w) for w in workers]
+        self._post_reset_commands(workers, slots, seeds, kwargs, mask)
+        return slot
+
+    def _post_reset_commands(
+        self,
+        workers: list[int],
+        slots: list[int],
+        seeds: Sequence[int | None],
+        kwargs: Sequence[dict[str, Any]],
+        mask: Any,
+    ) -> None:
+        """Post a reset to each of ``workers`` (idle), into its slot of ``slots``, with its envs' seeds,
+        keyword arguments and part of ``mask`` (None: all its envs)."""
         ring, commands = self.ring, []
-        for w, g in enumerate(self.worker_envs):
+        for w, at in zip(workers, slots):
+            g = self.worker_envs[w]
             self.supervisor.needs_reset.pop(w, None)
-            at = slot if whole else self.slots.advance(w)
             rows = slice(g.start, g.stop)
             # A reset writes observations only: its rows read as reward 0, not done.
             ring.rewards[at, rows], ring.terminated[at, rows], ring.truncated[at, rows] = 0.0, False, False
             part = None if mask is None else [bool(x) for x in mask[rows]]
             commands.append(m.Reset(at, list(seeds[rows]), list(kwargs[rows]), part))
-        workers = list(range(self.n_workers))
         self.flights.busy.update(zip(workers, commands))
         faults = self.transport.post(workers, commands)
         if faults:
             self.land(Outcome(faults=faults))
-        return slot
 
 
 __all__ = ["Resets"]

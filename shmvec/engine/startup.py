@@ -46,10 +46,16 @@ class Layout:
         self.typed.close()
 
 
-def start(transport: Transport, workers: Sequence[int], worker_envs: list[range]) -> list[Any]:
+def start(
+    transport: Transport, workers: Sequence[int], worker_envs: list[range], same_spaces: bool = True
+) -> list[Any]:
     """Start ``workers``, wait until their envs exist; the ``(observation, action)`` space of every
     env, in env order.
 
+    :param same_spaces: every env must have env 0's spaces (SB3's and Gymnasium's faces: one space
+        for the batch); False: spaces may differ where the ring does not see it (bounds, ``n``), as
+        long as every env's observation leaves and action leaf are env 0's (Tianshou's face, whose
+        envs each keep their own space).
     :raises: the start-up error (the factory raised, the worker died or hung) after closing the
         transport's workers is left to the caller; :class:`SpaceMismatchError` if envs disagree.
     """
@@ -62,12 +68,23 @@ def start(transport: Transport, workers: Sequence[int], worker_envs: list[range]
     env_spaces = [s for w in workers for s in outcome.results[w].spaces]  # type: ignore[union-attr]
     obs_space, act_space = env_spaces[0]
     for i, (o, a) in enumerate(env_spaces):
-        if o != obs_space or a != act_space:
+        if same_spaces and (o != obs_space or a != act_space):
             raise SpaceMismatchError(
                 f"all envs must have the same spaces: env {i} has observation space {o} and action "
                 f"space {a}, env 0 has {obs_space} and {act_space}"
             )
+        if not same_spaces and (ring_layout(o, a) != ring_layout(obs_space, act_space)):
+            raise SpaceMismatchError(
+                f"all envs' spaces must have the same shapes and dtypes: env {i} has observation space "
+                f"{o} and action space {a}, env 0 has {obs_space} and {act_space}"
+            )
     return env_spaces
+
+
+def ring_layout(obs_space: spaces.Space, act_space: spaces.Space) -> tuple[list[Leaf], Leaf | None, type]:
+    """What the ring lays out for an env of these spaces: its observation leaves, its action leaf
+    (None: actions travel pickled) and the action space's type."""
+    return leaves(obs_space), array_action_leaf(act_space), type(act_space)
 
 
 def lay_out(env_spaces: list[Any], options: Options, slots: Slots, n_workers: int) -> Layout:

@@ -120,9 +120,11 @@ class LocalTransport(PipeTransport):
 
     # ------------------------------------------------------------------ commands
 
-    def post(self, workers: Sequence[int], commands: Command | Sequence[Command]) -> list[Fault]:
+    def post(
+        self, workers: Sequence[int], commands: Command | Sequence[Command], partial: bool = False
+    ) -> list[Fault]:
         """Send one command to each of ``workers`` (see :class:`~shmvec.transports.base.Transport`)."""
-        if self._whole_ready(workers, commands):
+        if not partial and self._whole_ready(workers, commands):
             # The synchronous step: every worker, one counted batch, actions and slot in the ring.
             self.res.bell.step_all(commands.slot)  # type: ignore[union-attr]
             self._whole_until = math.inf if self.timeout is None else time.monotonic() + self.timeout
@@ -135,7 +137,7 @@ class LocalTransport(PipeTransport):
         # A worker is attached only once the ring and its bell exist.
         by_bell = ws if self._all_attached else [w for w in ws if attached[w]]
         # Counted (one wake-up when the last finishes) when these are all the commands in flight.
-        counted = len(by_bell) == len(ws) and not self._flying
+        counted = not partial and len(by_bell) == len(ws) and not self._flying
         in_ring = len(by_bell) == len(ws) and all(isinstance(c, Step) and c.actions is None for c in msgs)
         if by_bell:
             targets = None if counted and len(ws) == self.n_workers else by_bell

@@ -148,9 +148,11 @@ class PipeTransport:
 
     # ------------------------------------------------------------------ commands
 
-    def post(self, workers: Sequence[int], commands: Command | Sequence[Command]) -> list[Fault]:
+    def post(
+        self, workers: Sequence[int], commands: Command | Sequence[Command], partial: bool = False
+    ) -> list[Fault]:
         """Send one command to each of ``workers`` (see :class:`~shmvec.transports.base.Transport`),
-        each as a message in its pipe."""
+        each as a message in its pipe (each reply is seen on its own: ``partial`` changes nothing)."""
         ws, msgs, faults = self._live(workers, commands)
         self._book(self._write_all(ws, msgs, faults), msgs[0].label if msgs else "")
         return faults

@@ -229,9 +229,12 @@ class RayTransport:
     def close(self, graceful: bool = True) -> None:
         self.res.release(graceful)
 
-    def post(self, workers: Sequence[int], commands: m.Command | Sequence[m.Command]) -> list[Fault]:
+    def post(
+        self, workers: Sequence[int], commands: m.Command | Sequence[m.Command], partial: bool = False
+    ) -> list[Fault]:
         """Send one command to each of ``workers``. Ray takes every call (a dead actor shows up when
-        its result is waited for), so no faults come back here."""
+        its result is waited for), so no faults come back here; each result is waited for on its
+        own (``partial`` changes nothing)."""
         msgs = [commands] * len(workers) if isinstance(commands, m.Command) else list(commands)
         deadline = math.inf if self.timeout is None else time.monotonic() + self.timeout
         for w, msg in zip(workers, msgs):
