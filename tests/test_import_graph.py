@@ -148,10 +148,11 @@ FLOORS: list[tuple[str, ...]] = [
     ("shmvec", "shmvec.__main__"),
     ("shmvec.cli",),
     ("shmvec.testing",),
-    ("shmvec.bench", "shmvec.fidelity"),  # tools: they use the faces
+    ("shmvec.bench", "shmvec.fidelity", "shmvec.recording"),  # tools: they use the faces
     ("shmvec.vector_make",),
     ("shmvec.tianshou", "shmvec.torchrl", "shmvec.rllib"),  # adapters for other RL libraries: faces
     ("shmvec.vec_env", "shmvec.vector_env"),  # the faces
+    ("shmvec.recorder",),  # recording's wrappers and readers, over the engine (never the faces)
     ("shmvec.vector",),  # the Gymnasium face's mixins
     ("shmvec.engine",),
     ("shmvec.transports",),
