@@ -222,6 +222,10 @@ def main() -> None:
     if args.window:
         print(json.dumps(window(args.window, args.seconds, args.peer)))
         return
+    from shmvec.bench import host
+
+    wake_up_us = host.wake_up_us()  # the host's, printed beside the ratios
+    print(host.describe(wake_up_us) + ".", flush=True)
     peers = [p for p in args.peers.split(",") if p]
     if set(peers) - set(PEERS) or (peers and set(args.workloads) - {"pong", "synth512"}):
         parser.error(f"--peers takes {', '.join(PEERS)}, with workloads pong and synth512 only")
@@ -245,7 +249,8 @@ def main() -> None:
         for side, *_ in sides:
             first = runs[(workload, side)][0]
             if "native" in first:
-                print(f"{workload} {side}: {first.get('stack', '')}; envs stepped: {first['native']}")
+                stack = f"{first['stack']}; " if "stack" in first else ""
+                print(f"{workload} {side}: {stack}envs stepped: {first['native']}")
         steps = {side: [round(r["steps_per_s"]) for r in runs[(workload, side)]] for side, *_ in sides}
         print(f"{workload}: " + " ".join(f"{side} {per_round}" for side, per_round in steps.items()))
         new = runs[(workload, "new")]
