@@ -260,7 +260,7 @@ def test_gymnasium_face_matches_sync(no_leaks, mode):
 
 
 def test_pool_mode_each_env_matches_itself_alone(no_leaks):
-    from tests.test_pool import check_trajectories, run_pool
+    from tests.pool_helpers import check_trajectories, run_pool
 
     fn = functools.partial(raw, "ALE/Breakout-v5", obs_type="grayscale", max_episode_steps=50)
     with closing(shmvec.ShmVectorEnv([fn] * 4, start_method="fork", batch_size=2)) as env:
