@@ -87,6 +87,13 @@ DOCUMENTED_MODULES = [
     "shmvec.testing.equivalence",
     "shmvec.testing.benchmark",
     "shmvec.testing.plugin",
+    "shmvec.recording",
+    "shmvec.recorder.sb3",
+    "shmvec.recorder.gymnasium",
+    "shmvec.recorder.dataset",
+    "shmvec.recorder.clip",
+    "shmvec.recorder.video",
+    "shmvec.memory.tape",
 ]
 
 

@@ -147,10 +147,11 @@ FLOORS: list[tuple[str, ...]] = [
     ("shmvec", "shmvec.__main__"),
     ("shmvec.cli",),
     ("shmvec.testing",),
-    ("shmvec.bench", "shmvec.fidelity"),  # tools: they use the faces
+    ("shmvec.bench", "shmvec.fidelity", "shmvec.recording"),  # tools: they use the faces
     ("shmvec.vector_make",),
-    ("shmvec.tianshou",),  # an adapter for another library: a face over the engine
+    ("shmvec.tianshou", "shmvec.torchrl", "shmvec.rllib"),  # adapters for other RL libraries: faces
     ("shmvec.vec_env", "shmvec.vector_env"),  # the faces
+    ("shmvec.recorder",),  # recording's wrappers and readers, over the engine (never the faces)
     ("shmvec.vector",),  # the Gymnasium face's mixins
     ("shmvec.engine",),
     ("shmvec.transports",),
@@ -234,9 +235,10 @@ def test_the_root_holds_few_modules():
     assert len(root) <= ROOT_LIMIT, f"{len(root)} modules at the root (at most {ROOT_LIMIT}): {root}"
 
 
-# Adapters for other libraries: faces over the engine that nothing else in shmvec imports (their
-# library is an extra, and `import shmvec` stays free of it).
-ADAPTERS = ("shmvec.tianshou",)
+# Adapters for other libraries: faces over the engine or ShmVectorEnv that nothing else in shmvec
+# imports (their library is an extra, and `import shmvec` stays free of it; tests/test_adapters.py
+# checks that only each adapter imports its library).
+ADAPTERS = ("shmvec.tianshou", "shmvec.torchrl", "shmvec.rllib")
 
 
 def test_nothing_imports_an_adapter():

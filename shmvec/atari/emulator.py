@@ -54,6 +54,15 @@ class Emulator:
             truncated = self.layers.truncate(truncated)
         return reward, self.ale.game_over(with_truncation=False), truncated
 
+    def renders_rgb(self) -> bool:
+        """Whether ``render()`` gives the RGB screen (the env was made with ``render_mode="rgb_array"``)."""
+        return bool(self.atari.render_mode == "rgb_array")
+
+    def render_into(self, out: Any) -> None:
+        """What ``AtariEnv.render()`` returns (``ale.getScreenRGB()``), written into ``out``
+        (height, width, 3) uint8: a recording reads it without leaving the native step."""
+        self.ale.getScreenRGB(out)
+
     def unchecked(self) -> list[str]:
         """The methods of Gymnasium's wrappers and of ``AtariEnv`` it restates whose code
         :data:`~shmvec.atari.fingerprints.KNOWN` does not list."""
