@@ -202,6 +202,10 @@ def main() -> None:
     if args.window:
         print(json.dumps(window(args.window, args.seconds)))
         return
+    from shmvec.bench import host
+
+    wake_up_us = host.wake_up_us()  # the host's, printed beside the ratios
+    print(host.describe(wake_up_us) + ".", flush=True)
     runs: dict[tuple[str, str], list[dict]] = {}
     for _ in range(args.rounds):
         for workload in args.workloads:

@@ -13,7 +13,8 @@ target), env 0 alone for shmvec (SB3's recorder tiles all 8, as it always does),
 every env, raw arrays (lossless), the recipe without frame stacking (84x84x1, the observation
 DataCollector can take), written under a temporary MINARI_DATASETS_PATH that is removed after each
 run; finishing the dataset counts in the time. Each run in a fresh interpreter. Each round also
-measures the host's wake-up cost (a pipe round trip between two processes), printed beside.
+measures the host's wake-up cost (shmvec.bench.host: a pipe round trip between two processes on two
+CPUs), printed beside.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ import sys
 import tempfile
 import time
 from typing import Any
+
+from shmvec.bench import host
 
 GAME = "PongNoFrameskip-v4"
 N = 8
@@ -67,26 +70,6 @@ def tree_cpu() -> float:
         except psutil.NoSuchProcess:
             pass
     return total
-
-
-def round_trip_us(trips: int = 20_000) -> float:
-    """The host's wake-up cost: µs per round trip of one byte each way between two processes over
-    pipes (it moves every ratio of IPC against in-process stepping; MEASURED.md)."""
-    down, up = os.pipe(), os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        for _ in range(trips):
-            os.write(up[1], os.read(down[0], 1))
-        os._exit(0)
-    start = time.perf_counter()
-    for _ in range(trips):
-        os.write(down[1], b"x")
-        os.read(up[0], 1)
-    elapsed = time.perf_counter() - start
-    os.waitpid(pid, 0)
-    for fd in (*down, *up):
-        os.close(fd)
-    return elapsed / trips * 1e6
 
 
 def run(config: str, steps: int, every: int, length: int, work: str) -> tuple[float, float]:
@@ -188,8 +171,8 @@ def main() -> None:
     cpus: dict[str, list[float]] = {c: [] for c in configs}
     trips: list[float] = []
     for r in range(args.rounds):
-        trips.append(round_trip_us())
-        print(f"round {r + 1}: pipe round trip {trips[-1]:.0f} µs", flush=True)
+        trips.append(host.wake_up_us())  # the host's, beside the ratios
+        print(f"round {r + 1}: {host.describe(trips[-1])}", flush=True)
         for config in configs:
             cmd = [sys.executable, __file__, "--one", config, "--steps", str(args.steps)]
             cmd += ["--every", str(args.every), "--length", str(args.length)]

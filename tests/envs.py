@@ -350,6 +350,41 @@ class CpuReportEnv(TinyImageEnv):
         return sorted(os.sched_getaffinity(0))
 
 
+TINY = "tests.envs:make_small_synthetic"
+
+
+class NanEnv(gym.Env):
+    """Writes ``value`` into key ``key`` at step ``at`` (and ends the episode there if ``end``)."""
+
+    observation_space = spaces.Dict(
+        {
+            "bounded": spaces.Box(-1.0, 1.0, (3,), np.float32),
+            "free": spaces.Box(-np.inf, np.inf, (2,), np.float64),
+            "pixels": spaces.Box(0, 255, (2, 2), np.uint8),
+        }
+    )
+    action_space = spaces.Discrete(2)
+
+    def __init__(self, key: str = "bounded", value: float = float("nan"), at: int = 2, end: bool = False):
+        self.key, self.value, self.at, self.end, self.t = key, value, at, end, 0
+
+    def _obs(self, bad: bool):
+        obs = {"bounded": np.zeros(3, np.float32), "free": np.zeros(2), "pixels": np.zeros((2, 2), np.uint8)}
+        if bad:
+            obs[self.key][-1] = self.value
+        return obs
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self._obs(False), {}
+
+    def step(self, action):
+        self.t += 1
+        bad = self.t == self.at
+        return self._obs(bad), 0.0, bad and self.end, False, {}
+
+
 class PaintEnv(gym.Env):
     """A small image env whose render frame (16 x 12 RGB, drawn from the env's RNG at every step
     and reset) differs at every step, with random episode lengths: for the video recordings'

@@ -13,8 +13,12 @@ from typing import Any
 
 import numpy as np
 
+from shmvec.testing import EquivalenceReport, assert_equivalent
 from shmvec.testing.compare import Difference, InfoKeys, sb3_step_difference, value_difference
 from shmvec.testing.equivalence import sample_actions as sample_batch
+
+#: The adapters for other RL libraries (tests/test_import_graph.py: nothing in shmvec imports them).
+ADAPTERS = ("shmvec.tianshou", "shmvec.torchrl", "shmvec.rllib")
 
 
 def check(found: Difference | None, where: str = "") -> None:
@@ -127,3 +131,25 @@ def equivalent_with_statuses(fns: list, steps: int, wrap_reference: Any = None, 
     assert_equivalent(fns, steps, seed=5, wrap_reference=wrap_reference, **options)
     with ShmVecEnv(fns, **options) as env:
         return env.native_steps
+
+
+def run_beside_dummy(make, n_envs: int, steps: int = 60, seed: int = 7, **shm_kwargs) -> EquivalenceReport:
+    """ShmVecEnv against DummyVecEnv through :func:`shmvec.testing.assert_equivalent`: every array of
+    every step and reset, the reset infos, options at the first reset, an explicit reset half-way."""
+    report = assert_equivalent([make] * n_envs, steps, seed, options={"level": 1}, **shm_kwargs)
+    # Terminal observations, time-limit flags and reset infos were only compared if episodes ended.
+    assert report.terminated and report.truncated, f"episodes ended only as {report}"
+    return report
+
+
+def needs_envpool() -> None:
+    """Skip the test without EnvPool (it is not in CI's default extras), except in CI's envpool
+    step (``SHMVEC_REQUIRE_ENVPOOL=1``), where missing is a failure."""
+    import pytest
+
+    from shmvec.errors import install_hint
+
+    if os.environ.get("SHMVEC_REQUIRE_ENVPOOL") == "1":
+        import envpool  # noqa: F401  # CI's envpool step: missing is a failure, not a skip
+    else:
+        pytest.importorskip("envpool", reason=f"EnvPool is not installed: {install_hint('envpool')}")

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import shmvec
+from tests.helpers import ADAPTERS
 
 # The package that is imported, not a path next to the tests: CI runs these tests against the wheel.
 PACKAGE = Path(shmvec.__file__).resolve().parent
@@ -235,10 +236,9 @@ def test_the_root_holds_few_modules():
     assert len(root) <= ROOT_LIMIT, f"{len(root)} modules at the root (at most {ROOT_LIMIT}): {root}"
 
 
-# Adapters for other libraries: faces over the engine or ShmVectorEnv that nothing else in shmvec
-# imports (their library is an extra, and `import shmvec` stays free of it; tests/test_adapters.py
-# checks that only each adapter imports its library).
-ADAPTERS = ("shmvec.tianshou", "shmvec.torchrl", "shmvec.rllib")
+# Adapters for other libraries (tests.helpers.ADAPTERS): faces over the engine or ShmVectorEnv that
+# nothing else in shmvec imports (their library is an extra, and `import shmvec` stays free of it;
+# tests/test_adapters.py checks that only each adapter imports its library).
 
 
 def test_nothing_imports_an_adapter():
