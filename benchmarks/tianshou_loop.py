@@ -21,8 +21,8 @@ Every run is a fresh interpreter (fork start method for all, Tianshou's default)
 interleaved, the order rotating each round. Per run: env steps/s, the process tree's CPU µs per env
 step, and the share of the machine's busy CPU that other processes took meanwhile. Ratios are taken to
 ``shmem``'s (and ``dummy``'s) figure of the same round, reported as median (range). Beside them, the
-host's wake-up cost: a pipe round trip between two processes (``wake_cost.pipe_round_trip_us``),
-measured before each round.
+host's wake-up cost: a pipe round trip between two processes on two CPUs
+(:func:`shmvec.bench.host.wake_up_us`), measured before each round.
 """
 
 from __future__ import annotations
@@ -36,9 +36,16 @@ import time
 from typing import Any
 
 from policy_loop import run_fresh
-from wake_cost import pipe_round_trip_us
+
+from shmvec.bench import host
 
 CONFIGS = ("shmem", "subproc", "dummy", "shm", "shm-cpus")
+WAKE_HOW = "shmvec.bench.host: pipe round trip between two processes on two CPUs, before each round"
+#: What results without ``wake_how`` measured: the two processes unpinned, often on one CPU, where a
+#: round trip costs a context switch, not the cross-CPU wake-up a worker pays (it reads lower).
+WAKE_UNPINNED = (
+    "pipe round trip between two unpinned processes, before each round; lower than shmvec.bench.host's"
+)
 
 
 def make(config: str, game: str, n: int) -> Any:
@@ -118,10 +125,9 @@ def markdown(result: dict[str, Any]) -> str:
         others = spread([r["others_pct"] for r in rows[label]]).replace(" (", "% (")
         vs_dummy = spread(by_dummy[label]["steps_per_s_ratio"], ratio=True)
         out.append("| " + " | ".join([*cells(row), vs_dummy, others]) + " |")
-    wake = result["wake_us"]
+    wake, how = result["wake_us"], result.get("wake_how", WAKE_UNPINNED)
     out.append(
-        f"\nHost wake-up cost (pipe round trip between two processes, before each round): "
-        f"{statistics.median(wake):.1f} µs ({min(wake):.1f}-{max(wake):.1f})"
+        f"\nHost wake-up cost ({how}): {statistics.median(wake):.1f} µs ({min(wake):.1f}-{max(wake):.1f})"
     )
     return "\n".join(out)
 
@@ -162,7 +168,7 @@ def main() -> None:
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     argv = [f"--game={args.game}", f"--n={args.n}", f"--seconds={args.seconds}", f"--policy={args.policy}"]
     for r in range(args.rounds):
-        wake.append(pipe_round_trip_us())
+        wake.append(host.wake_up_us())
         for config in configs[r % len(configs) :] + configs[: r % len(configs)]:
             rows[config].append(run_fresh(__file__, ["--one", config, *argv]))
         print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
@@ -174,6 +180,7 @@ def main() -> None:
         "seconds": args.seconds,
         "tianshou": tianshou.__version__,
         "wake_us": wake,
+        "wake_how": WAKE_HOW,
         "rows": rows,
     }
     if args.json:

@@ -11,9 +11,7 @@ step and the worker's cycle around it, in steady state (start-up and close left 
 - ``worker``: the same env as the only env of a ShmVecEnv with one worker, the worker's CPU per env
   step (``/proc/<pid>/stat``) and the main process's per batch;
 - ``stand-in``: 64 sleeping envs in 64 workers, the workers' CPU per env step, env steps/s, and how
-  the machine's time split meanwhile (``/proc/stat``: user, system, idle, steal);
-- the pipe round trip between two processes (:func:`pipe_round_trip_us`), the host's wake-up cost
-  that other benchmarks report beside their ratios.
+  the machine's time split meanwhile (``/proc/stat``: user, system, idle, steal).
 
 Each as ``0 ms`` (no sleep) and ``2 ms`` (a 2 ms ``time.sleep`` per step). The fork start method; every
 measurement in a fresh interpreter, rounds interleaved; medians with the range over rounds.
@@ -39,39 +37,6 @@ def _env_fn(sleep: bool) -> Any:
     from shmvec.synthetic import SyntheticImageEnv
 
     return functools.partial(SyntheticImageEnv, (84, 84, 4), io_s=(SLEEP_S, SLEEP_S) if sleep else None)
-
-
-def pipe_round_trip_us(round_trips: int = 1000, batches: int = 5) -> float:
-    """The host's wake-up cost beside the env's: µs per round trip of one byte between this process
-    and a forked child over two pipes, each side asleep in ``read`` until the other writes (the median
-    of ``batches`` batches). A benchmark that reports a ratio reports this beside it: the same code
-    gives other ratios on a host whose wake-ups cost more."""
-    ping_r, ping_w = os.pipe()
-    pong_r, pong_w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: echo until the pipe closes, then leave without running any cleanup
-        try:
-            os.close(ping_w)
-            os.close(pong_r)
-            while os.read(ping_r, 1):
-                os.write(pong_w, b"x")
-        finally:
-            os._exit(0)
-    os.close(ping_r)
-    os.close(pong_w)
-    per_trip = []
-    try:
-        for _ in range(batches):
-            start = time.perf_counter()
-            for _ in range(round_trips):
-                os.write(ping_w, b"x")
-                os.read(pong_r, 1)
-            per_trip.append((time.perf_counter() - start) / round_trips * 1e6)
-    finally:
-        os.close(ping_w)  # the child reads the end of the pipe and exits
-        os.close(pong_r)
-        os.waitpid(pid, 0)
-    return statistics.median(per_trip)
 
 
 def _cpu_s(pids: list[int]) -> float:
@@ -164,7 +129,6 @@ def main() -> None:
             out = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=True)
             samples[kind, sleep].append(json.loads(out.stdout.strip().splitlines()[-1]))
         print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
-    print(f"pipe round trip between two processes: {pipe_round_trip_us():,.1f} µs")
     for (kind, sleep), runs in samples.items():
         cells = []
         for key in runs[0]:
