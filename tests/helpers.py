@@ -54,12 +54,19 @@ def sample_actions(space, n: int, rng: np.random.Generator) -> Any:
     return sample_batch(space, n)
 
 
-def assert_steps_equal(got: Any, want: Any, steps: int, rng: np.random.Generator, first: int = 0) -> None:
+def assert_steps_equal(
+    got: Any, want: Any, steps: int, rng: np.random.Generator, first: int = 0
+) -> list[dict]:
     """Step two SB3 VecEnvs ``steps`` times with the same random actions (:func:`sample_actions`)
-    and check each step's results are equal; ``first`` numbers the steps in the messages."""
+    and check each step's results are equal; ``first`` numbers the steps in the messages. The
+    reference's infos of the episodes that ended, in order."""
+    ended = []
     for t in range(first, first + steps):
         actions = sample_actions(got.action_space, got.num_envs, rng)
-        assert_step_equal(got.step(actions), want.step(actions), t)
+        result = want.step(actions)
+        assert_step_equal(got.step(actions), result, t)
+        ended += [info for done, info in zip(result[2], result[3]) if done]
+    return ended
 
 
 ROOT = Path(__file__).resolve().parent.parent

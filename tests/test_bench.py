@@ -205,6 +205,7 @@ def _load_benchmark_script(name: str):
     [
         ("policy_loop", "policy_loop"),
         ("policy_loop", "policy_loop_random"),
+        ("tianshou_loop", "tianshou_loop_random"),
         ("ppo_zoo", "ppo_zoo"),
         ("matrix_summary", "matrix"),
     ],
@@ -214,6 +215,13 @@ def test_result_tables_are_rendered_from_the_committed_json(script, name):
     rendered = _load_benchmark_script(script).markdown(json.loads((results / f"{name}.json").read_text()))
     assert (results / f"{name}.md").read_text() == rendered + "\n", (
         f"benchmarks/results/{name}.md is stale: regenerate it with benchmarks/{script}.py --from-json"
+    )
+
+
+def test_tianshou_page_shows_the_committed_table():
+    table = (ROOT / "benchmarks" / "results" / "tianshou_loop_random.md").read_text()
+    assert table in (ROOT / "docs" / "guides" / "tianshou.md").read_text() + "\n", (
+        "docs/guides/tianshou.md's table differs from benchmarks/results/tianshou_loop_random.md"
     )
 
 
