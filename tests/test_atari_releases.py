@@ -230,3 +230,17 @@ def test_shmvec_native_says_which_path_and_why_without_code(no_leaks, monkeypatc
     assert "native step: none" in capsys.readouterr().out
     assert main(["native", "--env", "Pongg-v5"]) == 2
     assert capsys.readouterr().err.startswith("shmvec native: error: cannot create env 'Pongg-v5'")
+
+
+@pytest.mark.parametrize(("release", "strength"), [("0.9.0", ()), ("0.10.1", (1.0,)), ("0.12.1", (1.0,))])
+def test_ale_act_is_called_as_that_release_s_atari_env_step_calls_it(monkeypatch, release, strength):
+    monkeypatch.setattr(fingerprints, "installed", lambda dist: release)
+    assert fingerprints.act_strength() == strength
+
+
+def test_the_emulator_floor_and_the_palette_read_act_on_the_installed_ale_py():
+    from shmvec.atari import palette
+    from shmvec.bench import host
+
+    assert host.emulator_floor_us("PongNoFrameskip-v4", steps=40) > 0
+    assert palette.read_off_ale(["pong"], frames=20, every=10)

@@ -16,7 +16,7 @@ from typing import Any
 import gymnasium as gym
 
 from shmvec.atari import palette
-from shmvec.atari.fingerprints import installed, unknown_code
+from shmvec.atari.fingerprints import act_strength, unknown_code
 from shmvec.native import GymLayers, class_name, is_exactly
 
 ATARI_ENV = "ale_py.env.AtariEnv"
@@ -37,11 +37,7 @@ class Emulator:
         self.ale = atari.ale
         self.action_set = atari._action_set
         self.own_skip: int | tuple[int, int] = atari._frameskip
-        # AtariEnv.step calls act(action, 1.0) for discrete actions since ale-py 0.10, act(action)
-        # before. The call must be the same: 0.10.0 and 0.10.1 bind act(action) to another paddle
-        # strength than 1.0 (Pong's paddle then moves otherwise); 0.10.2 made 1.0 act's default.
-        major_minor = tuple(int(part) for part in installed("ale-py").split(".")[:2])
-        self.strength: tuple[float, ...] = () if major_minor < (0, 10) else (1.0,)
+        self.strength = act_strength()
 
     def frame(self, action: Any) -> tuple[float, bool, bool]:
         """``AtariEnv.step(action)`` and ``TimeLimit``'s count, without its observation and info:

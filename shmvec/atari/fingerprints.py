@@ -126,6 +126,15 @@ def installed(dist: str) -> str:
         return "not installed"
 
 
+def act_strength() -> tuple[float, ...]:
+    """What ``AtariEnv.step`` passes to ``ale.act`` after the action, for a discrete action on the
+    installed ale-py: ``(1.0,)`` since 0.10, nothing before (0.9's ``act`` takes the action only).
+    Every caller of ``act`` passes it: 0.10.0 and 0.10.1 bind ``act(action)`` to another paddle
+    strength than 1.0 (Pong's paddle then moves otherwise); 0.10.2 made 1.0 ``act``'s default."""
+    major_minor = tuple(int(part) for part in installed("ale-py").split(".")[:2])
+    return () if major_minor < (0, 10) else (1.0,)
+
+
 def served() -> dict[str, tuple[str, str]]:
     """Per distribution, the first and last release whose code every restated method of it was
     checked against."""

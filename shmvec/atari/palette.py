@@ -89,6 +89,9 @@ def read_off_ale(games: Iterable[str] | None = None, frames: int = 3000, every: 
     import ale_py
     from ale_py import roms
 
+    from shmvec.atari.fingerprints import act_strength
+
+    strength = act_strength()
     ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)
     seen: dict[int, int] = {}
     rng = np.random.default_rng(0)
@@ -109,7 +112,7 @@ def read_off_ale(games: Iterable[str] | None = None, frames: int = 3000, every: 
         idx, rgb = np.zeros((height, width), np.uint8), np.zeros((height, width, 3), np.uint8)
         actions = ale.getLegalActionSet()
         for f in range(frames):
-            ale.act(actions[rng.integers(len(actions))], 1.0)
+            ale.act(actions[rng.integers(len(actions))], *strength)
             if ale.game_over():
                 ale.reset_game()
             if f % every:

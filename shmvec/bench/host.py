@@ -85,6 +85,8 @@ def emulator_floor_us(env_id: str, frames_per_step: int = 4, steps: int = 2000) 
     import numpy as np
     from ale_py import roms
 
+    from shmvec.atari.fingerprints import act_strength
+
     gym.register_envs(ale_py)
     game = str(gym.spec(env_id).kwargs["game"])
     ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)
@@ -94,13 +96,13 @@ def emulator_floor_us(env_id: str, frames_per_step: int = 4, steps: int = 2000) 
     if rom is None:
         raise ValueError(f"ale-py has no ROM for {game!r} ({env_id})")
     ale.loadROM(rom)
-    actions = ale.getMinimalActionSet()
+    actions, strength = ale.getMinimalActionSet(), act_strength()
     picks = np.random.default_rng(0).integers(0, len(actions), steps + steps // 4).tolist()
 
     def run(chosen: list[int]) -> None:
         for a in chosen:
             for _ in range(frames_per_step):
-                ale.act(actions[a], 1.0)
+                ale.act(actions[a], *strength)
             if ale.game_over():
                 ale.reset_game()
 
