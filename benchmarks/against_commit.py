@@ -4,6 +4,7 @@ ale-py releases), side by side, interleaved.
     git worktree add /tmp/old 45780b7
     python benchmarks/against_commit.py --old /tmp/old
     python benchmarks/against_commit.py --python-old OLDSTACK/bin/python --workloads atari-pong
+    python benchmarks/against_commit.py --old /tmp/old --workloads pong --peers subproc,dummy
 
 ``--python-old`` / ``--python-new``: the interpreter (a venv with shmvec installed, e.g. one of the
 stacks of ``python -m shmvec.atari.releases --stacks``) each side's windows run with; by default this
@@ -15,7 +16,8 @@ Pong raw frames; synthetic 512x512x3 frames at 0 ms per step), n_envs=8, fork, r
 env steps/s of every round, the main process's CPU per batch step and the CPU per env step of the
 whole process tree (main process and workers: what the machine pays, which foreign load on a shared
 machine barely moves, unlike env steps/s); then the ratios of medians and the median of the
-round-by-round ratios.
+round-by-round ratios. ``--peers``: SB3's ``SubprocVecEnv`` / ``DummyVecEnv`` over the same
+factories, in the same rounds (``pong`` and ``synth512`` only), and the new side's ratios to them.
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ import time
 # mode, 16 Pong envs in batches of 8, random actions.
 WORKLOADS = ("pong", "synth512", "pong-delta", "atari-policy", "pong-pool")
 WORKLOADS += ("atari-pong", "atari-mspacman", "atari-breakout")
+# SB3's VecEnvs a --peers window builds in ShmVecEnv's place (workloads pong and synth512).
+PEERS = ("subproc", "dummy")
 
 
 class _Timed:
@@ -143,8 +147,9 @@ def pool_window(seconds: float) -> dict[str, float | str]:
     return {"shmvec": shmvec.__file__, **result}
 
 
-def window(workload: str, seconds: float) -> dict[str, float | str]:
-    """One measuring window in this interpreter (whichever ``shmvec`` it imports)."""
+def window(workload: str, seconds: float, peer: str | None = None) -> dict[str, float | str]:
+    """One measuring window in this interpreter (whichever ``shmvec`` it imports); ``peer``: one of
+    :data:`PEERS` in ShmVecEnv's place."""
     import functools
 
     import numpy as np
@@ -168,7 +173,15 @@ def window(workload: str, seconds: float) -> dict[str, float | str]:
 
         fn = functools.partial(SyntheticImageEnv, (512, 512, 3), work_s=0.0)
     codec = "delta" if workload == "pong-delta" else None
-    venv = ShmVecEnv([fn] * 8, start_method="fork", codec=codec)
+    if peer is not None:
+        from stable_baselines3.common import vec_env
+
+        if peer == "subproc":
+            venv = vec_env.SubprocVecEnv([fn] * 8, start_method="fork")
+        else:
+            venv = vec_env.DummyVecEnv([fn] * 8)
+    else:
+        venv = ShmVecEnv([fn] * 8, start_method="fork", codec=codec)
     try:
         venv.seed(0)
         venv.reset()
@@ -181,9 +194,12 @@ def window(workload: str, seconds: float) -> dict[str, float | str]:
             venv.step(actions[timed.n % 64])
             timed.n += 1
         result = timed.result()
+        # 4de4e74's ShmVecEnv has native_steps too; SB3's VecEnvs have none.
+        paths = [s.path or "wrappers" for s in getattr(venv, "native_steps", ())]
     finally:
         venv.close()
-    return {"shmvec": shmvec.__file__, **result}
+    native = ", ".join(f"{paths.count(p)} {p}" for p in dict.fromkeys(paths)) or "wrappers (SB3)"
+    return {"shmvec": shmvec.__file__, "native": native, **result}
 
 
 def main() -> None:
@@ -198,46 +214,61 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=3.0, help="measured seconds per window")
     parser.add_argument("--workloads", nargs="+", choices=WORKLOADS, default=["pong", "synth512"])
     parser.add_argument("--window", choices=WORKLOADS, help=argparse.SUPPRESS)  # internal: one window
+    parser.add_argument(
+        "--peers", default="", help=f"comma-separated, of {', '.join(PEERS)}: SB3's VecEnvs beside them"
+    )
+    parser.add_argument("--peer", choices=PEERS, help=argparse.SUPPRESS)  # internal: the window's VecEnv
     args = parser.parse_args()
     if args.window:
-        print(json.dumps(window(args.window, args.seconds)))
+        print(json.dumps(window(args.window, args.seconds, args.peer)))
         return
+    from shmvec.bench import host
+
+    wake_up_us = host.wake_up_us()  # the host's, printed beside the ratios
+    print(host.describe(wake_up_us) + ".", flush=True)
+    peers = [p for p in args.peers.split(",") if p]
+    if set(peers) - set(PEERS) or (peers and set(args.workloads) - {"pong", "synth512"}):
+        parser.error(f"--peers takes {', '.join(PEERS)}, with workloads pong and synth512 only")
+    sides = [("old", args.old, args.python_old, None), ("new", args.new, args.python_new, None)]
+    sides += [(p, args.new, args.python_new, p) for p in peers]
     runs: dict[tuple[str, str], list[dict]] = {}
     for _ in range(args.rounds):
         for workload in args.workloads:
-            for side, path, python in (
-                ("old", args.old, args.python_old),
-                ("new", args.new, args.python_new),
-            ):
+            for side, path, python, peer in sides:
                 env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
                 if path is not None:
                     env["PYTHONPATH"] = os.path.abspath(path)
-                cmd = [python, __file__, "--window", workload]
+                cmd = [python, __file__, "--window", workload, "--seconds", str(args.seconds)]
                 out = subprocess.run(
-                    [*cmd, "--seconds", str(args.seconds)], env=env, capture_output=True, text=True
+                    cmd + (["--peer", peer] if peer else []), env=env, capture_output=True, text=True
                 )
                 if out.returncode != 0:
                     raise SystemExit(f"{side} {workload} failed:\n{out.stderr}")
                 runs.setdefault((workload, side), []).append(json.loads(out.stdout.strip().splitlines()[-1]))
     for workload in args.workloads:
-        old, new = runs[(workload, "old")], runs[(workload, "new")]
-        for side, rs in (("old", old), ("new", new)):
-            if "stack" in rs[0]:
-                print(f"{workload} {side}: {rs[0]['stack']}; envs stepped: {rs[0]['native']}")
-        print(
-            f"{workload}: old {[round(r['steps_per_s']) for r in old]} new {[round(r['steps_per_s']) for r in new]}"
-        )
-        for key, label, unit in (
-            ("steps_per_s", "env steps/s", ""),
-            ("main_cpu_ms", "main CPU per batch step", " ms"),
-            ("tree_cpu_us", "tree CPU per env step", " us"),
-        ):
-            med = {side: statistics.median(r[key] for r in rs) for side, rs in (("old", old), ("new", new))}
-            ratios = [b[key] / a[key] for a, b in zip(old, new)]
-            print(
-                f"  {label}: {med['old']:.4g} -> {med['new']:.4g}{unit}, new/old {med['new'] / med['old']:.3f}; "
-                f"per round median {statistics.median(ratios):.3f} ({min(ratios):.2f}-{max(ratios):.2f})"
-            )
+        for side, *_ in sides:
+            first = runs[(workload, side)][0]
+            if "native" in first:
+                stack = f"{first['stack']}; " if "stack" in first else ""
+                print(f"{workload} {side}: {stack}envs stepped: {first['native']}")
+        steps = {side: [round(r["steps_per_s"]) for r in runs[(workload, side)]] for side, *_ in sides}
+        print(f"{workload}: " + " ".join(f"{side} {per_round}" for side, per_round in steps.items()))
+        new = runs[(workload, "new")]
+        for base in [side for side, *_ in sides if side != "new"]:
+            other = runs[(workload, base)]
+            print(f"  new against {base}:")
+            for key, label, unit in (
+                ("steps_per_s", "env steps/s", ""),
+                ("main_cpu_ms", "main CPU per batch step", " ms"),
+                ("tree_cpu_us", "tree CPU per env step", " us"),
+            ):
+                med_old = statistics.median(r[key] for r in other)
+                med_new = statistics.median(r[key] for r in new)
+                ratios = [b[key] / a[key] for a, b in zip(other, new)]
+                print(
+                    f"    {label}: {med_old:.4g} -> {med_new:.4g}{unit}, new/{base} {med_new / med_old:.3f}; "
+                    f"per round median {statistics.median(ratios):.3f} ({min(ratios):.2f}-{max(ratios):.2f})"
+                )
 
 
 if __name__ == "__main__":

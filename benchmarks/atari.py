@@ -164,6 +164,7 @@ def measure(config: str, game: str, n: int, seconds: float, warm_up: int) -> dic
 def markdown(result: dict[str, Any]) -> str:
     """The tables of a run (one per game and n), with each figure's median and range over rounds,
     and its ratio to ale-vec's round by round (:mod:`shmvec.bench.compare`)."""
+    from shmvec.bench import host
     from shmvec.bench.compare import cells, side_by_side
 
     out = []
@@ -173,6 +174,9 @@ def markdown(result: dict[str, Any]) -> str:
         out.append("| VecEnv | env steps/s | x ale-vec | CPU µs per env step | x ale-vec |")
         out.append("|---|---|---|---|---|")
         out += ["| " + " | ".join(cells(row)) + " |" for row in side_by_side(rows, "ale-vec")]
+        # The ratios carry the host they were taken on: its wake-up cost and this run's emulator floor.
+        floor = float(np.median([r["cpu_us"] for r in rows["floor"]])) if rows.get("floor") else None
+        out.append(f"\n{host.describe(result.get('host', {}).get('wake_up_us'), floor)}.")
     return "\n".join(out)
 
 
@@ -206,7 +210,10 @@ def main() -> None:
         for g in args.games.split(",")
         for n in args.n.split(",")
     ]
+    from shmvec.bench import host
+
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    wake_up_us = host.wake_up_us()
     for r in range(args.rounds):
         for table in tables:
             for config in configs:
@@ -217,7 +224,12 @@ def main() -> None:
                     raise SystemExit(f"{one} failed:\n{done.stderr[-3000:]}")
                 table["rows"][config].append(json.loads(done.stdout.strip().splitlines()[-1]))
         print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
-    result = {"started": started, "seconds": args.seconds, "tables": tables}
+    result = {
+        "started": started,
+        "seconds": args.seconds,
+        "tables": tables,
+        "host": {"wake_up_us": wake_up_us},
+    }
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)

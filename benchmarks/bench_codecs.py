@@ -137,3 +137,6 @@ def test_shmvec_pong_interleaved():
             f"(per-repeat {min(ratios):.3f}-{max(ratios):.3f})"
         )
     print("  steps/s per repeat:", {k: [round(x) for x in v] for k, v in samples.items()})
+    from shmvec.bench import host
+
+    print(f"  {host.describe(host.wake_up_us())}.")

@@ -15,6 +15,13 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
+def pytest_benchmark_update_machine_info(config, machine_info):
+    """The host's wake-up cost (:mod:`shmvec.bench.host`), so the matrix's ratios carry it."""
+    from shmvec.bench import host
+
+    machine_info["shmvec_wake_up_us"] = host.wake_up_us()
+
+
 def pytest_collect_file(file_path, parent):
     # A file named on the command line is collected by pytest itself.
     initial = parent.session.isinitpath(file_path)

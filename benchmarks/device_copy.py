@@ -168,6 +168,10 @@ def main() -> None:
     parser.add_argument("--min-batches", type=int, default=4, help="batches per round at least (default 4)")
     parser.add_argument("--json", type=Path, default=None, help="write every round's figures here")
     args = parser.parse_args()
+    from shmvec.bench import host
+
+    wake_up_us = host.wake_up_us()  # the host's, printed beside the ratios
+    print(host.describe(wake_up_us) + ".", flush=True)
     import torch
 
     if torch.device(args.device).type == "cuda" and not torch.cuda.is_available():
@@ -180,6 +184,7 @@ def main() -> None:
         if w not in WORKLOADS:
             raise SystemExit(f"unknown workload {w!r}; choose from {', '.join(WORKLOADS)}")
     results: dict[str, Any] = {"spec": {k: str(v) for k, v in vars(args).items()}, "torch": torch.__version__}
+    results["host"] = {"wake_up_us": wake_up_us}
     table = [
         "| workload, n_envs, policy | contender | env steps/s | vs numpy | main CPU ms/batch | vs numpy "
         "| vs numpy-only |",

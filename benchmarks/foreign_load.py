@@ -111,6 +111,10 @@ def main() -> None:
     if args.one:
         print(window(args.one, args.n_envs, args.seconds))
         return
+    from shmvec.bench import host
+
+    wake_up_us = host.wake_up_us()  # the host's, printed beside the ratios
+    print(host.describe(wake_up_us) + ".", flush=True)
     configs = args.configs.split(",")
     loads = args.loads.split(",")
     rates: dict[str, dict[str, list[float]]] = {load: {c: [] for c in configs} for load in loads}
@@ -143,7 +147,16 @@ def main() -> None:
         print(f"| {row['load']} | {row['config']} | {row['env_steps_per_s']:,.0f} | {ratio} |")
     if args.json:
         args.json.write_text(
-            json.dumps({"n_envs": args.n_envs, "rounds": args.rounds, "rows": rows}, indent=1) + "\n"
+            json.dumps(
+                {
+                    "n_envs": args.n_envs,
+                    "rounds": args.rounds,
+                    "rows": rows,
+                    "host": {"wake_up_us": wake_up_us},
+                },
+                indent=1,
+            )
+            + "\n"
         )
 
 

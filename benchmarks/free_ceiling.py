@@ -70,6 +70,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=3.0, help="measuring window (s)")
     args = parser.parse_args()
+    from shmvec.bench import host
+
+    wake_up_us = host.wake_up_us()  # the host's, printed beside the ratios
+    print(host.describe(wake_up_us) + ".", flush=True)
     fractions = []
     for r in range(args.rounds):
         alone = _together(args.env, 1, 1, args.seconds)

@@ -49,6 +49,8 @@ def condense(raw: dict[str, Any]) -> dict[str, Any]:
     return {
         "datetime": raw.get("datetime"),
         "machine": {k: machine.get(k) for k in ("node", "processor", "python_version", "cpu")},
+        # Written by benchmarks/conftest.py (shmvec.bench.host), beside the ratios.
+        "host": {"wake_up_us": machine.get("shmvec_wake_up_us")},
         "cases": cases,
     }
 
@@ -105,6 +107,9 @@ def markdown(summary: dict[str, Any]) -> str:
         f"multi-process backend in {len(won)} of {len(big)} groups"
         + (f"; not in: {', '.join(lost)}." if lost else ".")
     )
+    from shmvec.bench import host
+
+    lines.append(f"{host.describe(summary.get('host', {}).get('wake_up_us'))}.")
     return "\n".join(lines)
 
 

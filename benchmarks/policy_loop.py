@@ -138,6 +138,9 @@ def measure(config: str, args: argparse.Namespace) -> dict[str, float]:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
+    from shmvec.bench import host
+
+    wake_up_us = host.wake_up_us()  # the host's, beside the ratios
     rounds: dict[str, list[dict[str, float]]] = {c: [] for c in args.configs}
     argv = [
         f"--{k}={getattr(args, k.replace('-', '_'))}"
@@ -161,11 +164,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "torch_threads": rounds[args.configs[0]][0]["torch_threads"],
         "cpus": usable_cpus(),
         "rounds": rounds,
+        "host": {"wake_up_us": wake_up_us},
     }
 
 
 def markdown(result: dict[str, Any]) -> str:
     """The docs' tables: median and 95% CI of env steps/s with ratios to dummy, then ms per batch step."""
+    from shmvec.bench import host
     from shmvec.bench.stats import summarize
 
     rounds = result["rounds"]
@@ -194,7 +199,9 @@ def markdown(result: dict[str, Any]) -> str:
     spec = result["spec"]
     lines.append(
         f"\n{spec['rounds']} interleaved rounds of {spec['batches']} batch steps, n_envs={spec['n_envs']}, "
-        f"actions: {spec['actions']}, torch threads {result['torch_threads']}."
+        f"actions: {spec['actions']}, torch threads {result['torch_threads']}. "
+        + host.describe(result.get("host", {}).get("wake_up_us"))
+        + "."
     )
     if "dummy" in rounds and result.get("cpus", 1) > 1:
         from shmvec.bench.train import best_case

@@ -88,6 +88,10 @@ def main() -> None:
     )
     parser.add_argument("--markdown", type=Path, help="also write the table here")
     args = parser.parse_args()
+    from shmvec.bench import host
+
+    wake_up_us = host.wake_up_us()  # the host's, printed beside the ratios
+    print(host.describe(wake_up_us) + ".", flush=True)
     from stable_baselines3 import PPO
     from stable_baselines3.common.vec_env import DummyVecEnv
 
@@ -123,7 +127,8 @@ def main() -> None:
     lines.append("")
     lines.append(
         f"{args.rounds} interleaved rounds of {args.batches} batch steps in 2 workers, fork; loops "
-        f"{', '.join(loops)} (step: 8 envs; pool: 16 envs, batches of 8; pool-full: 8 envs, batches of 8)."
+        f"{', '.join(loops)} (step: 8 envs; pool: 16 envs, batches of 8; pool-full: 8 envs, batches of 8). "
+        f"{host.describe(wake_up_us)}."
     )
     table = "\n".join(lines)
     print(table)

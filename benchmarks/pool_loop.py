@@ -139,6 +139,10 @@ def main() -> None:
     )
     parser.add_argument("--slow", action="store_true", help="the slow-env comparison instead")
     args = parser.parse_args()
+    from shmvec.bench import host
+
+    wake_up_us = host.wake_up_us()  # the host's, printed beside the ratios
+    print(host.describe(wake_up_us) + ".", flush=True)
     if args.slow:
         rates: dict[str, list[float]] = {}
         for r in range(args.rounds):

@@ -29,11 +29,10 @@ from typing import Any
 
 from policy_loop import make_venv, run_fresh  # the same recipe; benchmarks/ is the script's path
 
-from shmvec.bench.train import Stopwatch, best_case
+from shmvec.bench.train import ATARI_PPO, Stopwatch, best_case
 from shmvec.engine.groups import usable_cpus
 
 CONFIGS = ("dummy", "subproc", "shm", "shm-stack", "shm-pin")
-ZOO = {"n_steps": 128, "batch_size": 256, "n_epochs": 4, "clip_range": 0.1, "ent_coef": 0.01, "vf_coef": 0.5}
 
 
 def run_one(config: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -42,7 +41,7 @@ def run_one(config: str, args: argparse.Namespace) -> dict[str, Any]:
 
     venv = make_venv(config, args.n_envs, 4, args.seed)
     try:
-        model = PPO("CnnPolicy", venv, learning_rate=2.5e-4, seed=args.seed, device="cpu", **ZOO)
+        model = PPO("CnnPolicy", venv, seed=args.seed, device="cpu", **ATARI_PPO)
         rollout, train = Stopwatch(model, "collect_rollouts"), Stopwatch(model, "train")
         steps = Stopwatch(model.get_env(), "step")
         start = time.perf_counter()
@@ -65,6 +64,8 @@ def run_one(config: str, args: argparse.Namespace) -> dict[str, Any]:
 
 def markdown(result: dict[str, Any]) -> str:
     import numpy as np
+
+    from shmvec.bench import host
 
     rounds = result["rounds"]
     keys = ("rollout_s", "env_s", "train_s", "learn_s")
@@ -97,7 +98,9 @@ def markdown(result: dict[str, Any]) -> str:
     spec = result["spec"]
     lines.append(
         f"\n{spec['steps']:,} env steps, {spec['n_envs']} envs, seed {spec['seed']}, {spec['rounds']} round(s) "
-        f"(medians), torch threads {result['torch_threads']}; lower is better."
+        f"(medians), torch threads {result['torch_threads']}; lower is better. "
+        + host.describe(result.get("host", {}).get("wake_up_us"))
+        + "."
     )
     bound = bounds(med.get("dummy", {}), result.get("cpus"))
     if bound is not None:
@@ -145,6 +148,9 @@ def main() -> None:
     if args.from_json:
         result = json.loads(args.from_json.read_text())
     else:
+        from shmvec.bench import host
+
+        wake_up_us = host.wake_up_us()  # the host's, beside the ratios
         rounds: dict[str, list[dict[str, Any]]] = {c: [] for c in configs}
         for r in range(args.rounds):
             for config in configs[r % len(configs) :] + configs[: r % len(configs)]:
@@ -163,6 +169,7 @@ def main() -> None:
             "torch_threads": rounds[configs[0]][0]["torch_threads"],
             "cpus": usable_cpus(),
             "rounds": rounds,
+            "host": {"wake_up_us": wake_up_us},
         }
         if args.json:
             args.json.write_text(json.dumps(result, indent=1) + "\n")

@@ -93,6 +93,10 @@ def main() -> None:
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "ray_backend.json"))
     parser.add_argument("--skip-wire", action="store_true")
     args = parser.parse_args()
+    from shmvec.bench import host
+
+    wake_up_us = host.wake_up_us()  # the host's, printed beside the ratios
+    print(host.describe(wake_up_us) + ".", flush=True)
     import ray
 
     t0 = time.perf_counter()
@@ -101,6 +105,7 @@ def main() -> None:
         f"cluster of 2 nodes up in {time.perf_counter() - t0:.1f} s: {[n['NodeManagerAddress'] for n in ray.nodes()]}"
     )
     out: dict = {"n_envs": args.n_envs, "steps": args.steps, "rounds": args.rounds, "wire": {}, "runs": {}}
+    out["host"] = {"wake_up_us": wake_up_us}
     try:
         if not args.skip_wire:
             for game in ("ALE/Pong-v5", "ALE/Breakout-v5"):

@@ -253,6 +253,9 @@ def compare(data: dict[str, Any]) -> str:
             f"| {other['main_cpu_us_per_batch'] / mine['main_cpu_us_per_batch']:.2f}x "
             f"| {min(per_round):.2f}-{max(per_round):.2f}x |"
         )
+    from shmvec.bench import host
+
+    lines.append(f"\n{host.describe(data.get('host', {}).get('wake_up_us'))}.")
     return "\n".join(lines)
 
 
@@ -329,7 +332,11 @@ def main() -> None:
     parts = ["cpu", "standin"] if args.part == "both" else [args.part]
     if len(parts) < 2 and not args.against and args.json == RESULTS:
         parser.error(f"--part {args.part} needs --json: {RESULTS.name} keeps the full run the docs show")
+    from shmvec.bench import host
+
+    wake_up_us = host.wake_up_us()  # the host's, beside the ratios
     data = run(parts, args.rounds, args.seconds, args.against)
+    data["host"] = {"wake_up_us": wake_up_us}
     if args.against:
         path = args.json.with_name("scale_against.json") if args.json == RESULTS else args.json
         path.write_text(json.dumps(data, indent=1) + "\n")

@@ -108,6 +108,7 @@ def measure(
 
 def markdown(result: dict[str, Any]) -> str:
     """The table: each figure's median (range) over rounds and its ratio to ``parallel``'s round by round."""
+    from shmvec.bench import host
     from shmvec.bench.compare import cells, side_by_side
 
     rows = result["rows"]
@@ -120,6 +121,7 @@ def markdown(result: dict[str, Any]) -> str:
         "|---|---|---|---|---|",
     ]
     out += ["| " + " | ".join(cells(row)) + " |" for row in side_by_side(rows, "parallel")]
+    out += ["", host.describe(result.get("wake_up_us")) + "."]
     return "\n".join(out)
 
 
@@ -154,6 +156,9 @@ def main() -> None:
     argv = [f"--game={args.game}", f"--n={args.n}", f"--seconds={args.seconds}", f"--warm-up={args.warm_up}"]
     if args.torch_threads is not None:
         argv.append(f"--torch-threads={args.torch_threads}")
+    from shmvec.bench import host
+
+    wake_up_us = host.wake_up_us()  # the host's, beside the ratios
     for r in range(args.rounds):
         for config in configs[r % len(configs) :] + configs[: r % len(configs)]:
             rows[config].append(run_fresh(__file__, ["--one", config, *argv]))
@@ -165,6 +170,7 @@ def main() -> None:
         "seconds": args.seconds,
         "torch_threads": args.torch_threads,
         "rows": rows,
+        "wake_up_us": wake_up_us,
     }
     if args.json:
         with open(args.json, "w") as f:
@@ -174,6 +180,7 @@ def main() -> None:
     if shm and "parallel" in rows:
         ratios = [a["steps_per_s"] / b["steps_per_s"] for a, b in zip(shm, rows["parallel"])]
         print(f"\nshm / parallel env steps/s: {statistics.median(ratios):.2f}x (target >= 1.3x)")
+        print(host.describe(wake_up_us) + ".")
 
 
 if __name__ == "__main__":

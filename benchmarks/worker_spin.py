@@ -117,6 +117,10 @@ def main() -> None:
         print(line, flush=True)
         out.append(line)
 
+    from shmvec.bench import host
+
+    say(host.describe(host.wake_up_us()) + ".")
+    say()
     say("## Env CPU per batch of 4 Pong steps (ms), without and with a 1 ms sleep between batches")
     say()
     say("| round | alone | alone, sleeping | two at once | two at once, sleeping |")

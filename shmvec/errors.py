@@ -133,8 +133,12 @@ class EnvError(ShmVecEnvError):
         self.original = original
 
     def __str__(self) -> str:
-        # The worker's frames, without its last line: the exception and message the first line says.
-        frames = _without_exception_line(short_traceback(self.remote_traceback), self.exc_type)
+        if not self.remote_traceback.strip():
+            return str(self.args[0])
+        # The worker's traceback as Python prints it, closing with the exception and its message: the
+        # last line on the screen says what went wrong, as for an error raised in this process (the
+        # first line says it too, for logs and one-line summaries).
+        frames = short_traceback(self.remote_traceback).rstrip()
         return f"{self.args[0]}\n\nTraceback in the worker:\n{frames}"
 
     @classmethod
@@ -160,20 +164,6 @@ class EnvError(ShmVecEnvError):
 
 
 _COMBINED: dict[type[BaseException], type[EnvError]] = {}
-
-
-def _without_exception_line(text: str, exc_type: str) -> str:
-    """A formatted traceback without its closing ``Type: message`` lines (``exc_type`` qualified,
-    as builtins are not in the text); unchanged if it does not close with them."""
-    lines = text.splitlines(keepends=True)
-    names = (exc_type, exc_type.removeprefix("builtins."))
-    for i in range(len(lines) - 1, -1, -1):
-        line = lines[i]
-        if not line.startswith(" ") and any(line.startswith(n + ":") or line.rstrip() == n for n in names):
-            return "".join(lines[:i])
-        if line.startswith('  File "'):
-            break
-    return text
 
 
 def _rebuild_env_error(kind: type[BaseException] | None, args: tuple, state: dict) -> EnvError:

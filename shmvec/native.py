@@ -62,8 +62,9 @@ class NativeEnv(Protocol):
 class NativeStatus:
     """Whether one env is stepped natively, and how or why not.
 
-    :param path: the native path in use (``"sb3-atari"``, ``"gymnasium-atari"``, ``"step_into"``,
-        with ``"+frame-stack"`` when shmvec's ``frame_stack`` sits on top), or None.
+    :param path: the native path in use (``"sb3-atari"``, ``"cleanrl-atari"``, ``"gymnasium-atari"``,
+        ``"ale"`` (a raw ALE env: :mod:`shmvec.atari.raw`), ``"step_into"``, with ``"+frame-stack"``
+        when shmvec's ``frame_stack`` sits on top), or None.
     :param reason: why not, when ``path`` is None (the wrapper or setting that is not recognised).
     :param unchecked: when the env's wrapper chain is one a native path steps but code it restates is
         not a version shmvec was checked against: each such method as ``("module.Class.method",
@@ -115,6 +116,15 @@ def summary(statuses: Sequence[NativeStatus]) -> str:
     do not, e.g. ``print(summary(env.native_steps))``: ``"native step: 8 of 8 envs
     (sb3-atari+frame-stack)"``."""
     return describe(grouped(statuses))
+
+
+def through_wrappers(env: Any, action: Any, out: np.ndarray) -> StepInto:
+    """``env.step(action)`` through every wrapper, its observation copied into ``out``: what a native
+    path does on the steps it leaves to the wrappers (the first two, which ``PassiveEnvChecker``
+    checks; before a reset, when ``OrderEnforcing`` raises). Sync the native path first."""
+    obs, reward, terminated, truncated, info = env.step(action)
+    out[...] = obs
+    return reward, terminated, truncated, info
 
 
 def sync(env: Any) -> None:

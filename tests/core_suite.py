@@ -46,6 +46,10 @@ EXTRAS = frozenset(
         "minigrid",
         "playwright",
         "mkdocs",
+        "av",
+        "minari",
+        "moviepy",
+        "h5py",
     ]
 )
 # Imports of shmvec's parts that import without their extra but cannot run without it.

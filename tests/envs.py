@@ -348,3 +348,70 @@ class CpuReportEnv(TinyImageEnv):
 
     def cpus(self) -> list[int]:
         return sorted(os.sched_getaffinity(0))
+
+
+TINY = "tests.envs:make_small_synthetic"
+
+
+class NanEnv(gym.Env):
+    """Writes ``value`` into key ``key`` at step ``at`` (and ends the episode there if ``end``)."""
+
+    observation_space = spaces.Dict(
+        {
+            "bounded": spaces.Box(-1.0, 1.0, (3,), np.float32),
+            "free": spaces.Box(-np.inf, np.inf, (2,), np.float64),
+            "pixels": spaces.Box(0, 255, (2, 2), np.uint8),
+        }
+    )
+    action_space = spaces.Discrete(2)
+
+    def __init__(self, key: str = "bounded", value: float = float("nan"), at: int = 2, end: bool = False):
+        self.key, self.value, self.at, self.end, self.t = key, value, at, end, 0
+
+    def _obs(self, bad: bool):
+        obs = {"bounded": np.zeros(3, np.float32), "free": np.zeros(2), "pixels": np.zeros((2, 2), np.uint8)}
+        if bad:
+            obs[self.key][-1] = self.value
+        return obs
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self._obs(False), {}
+
+    def step(self, action):
+        self.t += 1
+        bad = self.t == self.at
+        return self._obs(bad), 0.0, bad and self.end, False, {}
+
+
+class PaintEnv(gym.Env):
+    """A small image env whose render frame (16 x 12 RGB, drawn from the env's RNG at every step
+    and reset) differs at every step, with random episode lengths: for the video recordings'
+    frame-for-frame checks. ``render_mode=None`` makes one that cannot be recorded."""
+
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 10}
+
+    def __init__(self, render_mode: str | None = "rgb_array", max_len: int = 9) -> None:
+        self.observation_space = spaces.Box(0, 255, (6, 6, 1), np.uint8)
+        self.action_space = spaces.Discrete(3)
+        self.render_mode, self.max_len = render_mode, max_len
+        self.frame = np.zeros((16, 12, 3), np.uint8)
+
+    def _paint(self, action: int) -> np.ndarray:
+        self.frame = self.np_random.integers(0, 256, self.frame.shape, dtype=np.uint8)
+        self.frame[0, 0] = (self.t, action, 7)
+        return self.frame[:6, :6, :1].copy()
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t, self.len = 0, int(self.np_random.integers(2, self.max_len))
+        return self._paint(0), {}
+
+    def step(self, action):
+        self.t += 1
+        obs = self._paint(int(action))
+        return obs, float(action), self.t >= self.len, False, {}
+
+    def render(self):
+        return self.frame.copy() if self.render_mode == "rgb_array" else None

@@ -13,8 +13,12 @@ from typing import Any
 
 import numpy as np
 
+from shmvec.testing import EquivalenceReport, assert_equivalent
 from shmvec.testing.compare import Difference, InfoKeys, sb3_step_difference, value_difference
 from shmvec.testing.equivalence import sample_actions as sample_batch
+
+#: The adapters for other RL libraries (tests/test_import_graph.py: nothing in shmvec imports them).
+ADAPTERS = ("shmvec.tianshou", "shmvec.torchrl", "shmvec.rllib")
 
 
 def check(found: Difference | None, where: str = "") -> None:
@@ -50,12 +54,19 @@ def sample_actions(space, n: int, rng: np.random.Generator) -> Any:
     return sample_batch(space, n)
 
 
-def assert_steps_equal(got: Any, want: Any, steps: int, rng: np.random.Generator, first: int = 0) -> None:
+def assert_steps_equal(
+    got: Any, want: Any, steps: int, rng: np.random.Generator, first: int = 0
+) -> list[dict]:
     """Step two SB3 VecEnvs ``steps`` times with the same random actions (:func:`sample_actions`)
-    and check each step's results are equal; ``first`` numbers the steps in the messages."""
+    and check each step's results are equal; ``first`` numbers the steps in the messages. The
+    reference's infos of the episodes that ended, in order."""
+    ended = []
     for t in range(first, first + steps):
         actions = sample_actions(got.action_space, got.num_envs, rng)
-        assert_step_equal(got.step(actions), want.step(actions), t)
+        result = want.step(actions)
+        assert_step_equal(got.step(actions), result, t)
+        ended += [info for done, info in zip(result[2], result[3]) if done]
+    return ended
 
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -127,3 +138,25 @@ def equivalent_with_statuses(fns: list, steps: int, wrap_reference: Any = None, 
     assert_equivalent(fns, steps, seed=5, wrap_reference=wrap_reference, **options)
     with ShmVecEnv(fns, **options) as env:
         return env.native_steps
+
+
+def run_beside_dummy(make, n_envs: int, steps: int = 60, seed: int = 7, **shm_kwargs) -> EquivalenceReport:
+    """ShmVecEnv against DummyVecEnv through :func:`shmvec.testing.assert_equivalent`: every array of
+    every step and reset, the reset infos, options at the first reset, an explicit reset half-way."""
+    report = assert_equivalent([make] * n_envs, steps, seed, options={"level": 1}, **shm_kwargs)
+    # Terminal observations, time-limit flags and reset infos were only compared if episodes ended.
+    assert report.terminated and report.truncated, f"episodes ended only as {report}"
+    return report
+
+
+def needs_envpool() -> None:
+    """Skip the test without EnvPool (it is not in CI's default extras), except in CI's envpool
+    step (``SHMVEC_REQUIRE_ENVPOOL=1``), where missing is a failure."""
+    import pytest
+
+    from shmvec.errors import install_hint
+
+    if os.environ.get("SHMVEC_REQUIRE_ENVPOOL") == "1":
+        import envpool  # noqa: F401  # CI's envpool step: missing is a failure, not a skip
+    else:
+        pytest.importorskip("envpool", reason=f"EnvPool is not installed: {install_hint('envpool')}")

@@ -20,8 +20,7 @@ import shmvec
 from shmvec import ShmVectorEnv
 from shmvec.rllib import VECTORIZE_MODE, ShmEnvCreator
 from tests.envs import DictImageEnv
-from tests.helpers import assert_obs_equal, run_python
-from tests.test_import_graph import ADAPTERS
+from tests.helpers import ADAPTERS, assert_obs_equal, run_python
 
 PACKAGE = Path(shmvec.__file__).resolve().parent
 # adapter module -> the top-level packages only it may import

@@ -16,9 +16,10 @@ import pytest
 
 from shmvec.bench import report
 from shmvec.bench.runner import BenchSpec, Sample
+from tests.envs import TINY
+from tests.helpers import require
 
 ROOT = Path(__file__).resolve().parent.parent
-TINY = "tests.envs:make_small_synthetic"
 
 
 def _bench(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
@@ -131,7 +132,8 @@ def test_bad_input_is_one_line_and_nonzero(args, message):
 
 
 def test_train_dummy_and_shm_learn_identical_parameters():
-    from shmvec.bench.train import train
+    from shmvec.bench.train import TrainResult, train
+    from shmvec.bench.train_report import table
 
     result = train(
         "tests.envs:TinyImageEnv", ("dummy", "shm"), "ppo:CnnPolicy", n_envs=2, total_steps=64, seeds=(0,)
@@ -140,11 +142,19 @@ def test_train_dummy_and_shm_learn_identical_parameters():
     assert result.problems() == []
     assert [r.backend for r in result.runs] == ["dummy", "shm"]
     assert all(0 < r.step_s < r.wall_s for r in result.runs)
-    assert "1/1 seeds" in result.table()
+    # The two phases apart: the env steps happen inside the rollouts, both inside the run.
+    assert all(
+        r.step_s < r.rollout_s and r.update_s > 0 and r.rollout_s + r.update_s < r.wall_s for r in result.runs
+    )
+    assert result.wake_up_us is not None and result.wake_up_us > 0
+    assert all(r.other_cores is not None and r.other_cores >= 0 for r in result.runs)
+    stored = json.loads(json.dumps(result.to_dict()))
+    assert TrainResult.from_dict(stored).to_dict() == stored
+    assert "1/1 seeds" in table(result)
     result.cpus = 2
     dummy = result.runs[0]
     expected = (dummy.wall_s - dummy.step_s / 2) / dummy.wall_s
-    assert f"on 2 CPUs would take {expected:.2f}x dummy's wall time" in result.table()
+    assert f"on 2 CPUs would take {expected:.2f}x dummy's wall time" in table(result)
 
 
 @pytest.mark.parametrize("name", ["pong", "synth512_1ms"])
@@ -195,6 +205,7 @@ def _load_benchmark_script(name: str):
     [
         ("policy_loop", "policy_loop"),
         ("policy_loop", "policy_loop_random"),
+        ("tianshou_loop", "tianshou_loop_random"),
         ("ppo_zoo", "ppo_zoo"),
         ("matrix_summary", "matrix"),
     ],
@@ -204,6 +215,13 @@ def test_result_tables_are_rendered_from_the_committed_json(script, name):
     rendered = _load_benchmark_script(script).markdown(json.loads((results / f"{name}.json").read_text()))
     assert (results / f"{name}.md").read_text() == rendered + "\n", (
         f"benchmarks/results/{name}.md is stale: regenerate it with benchmarks/{script}.py --from-json"
+    )
+
+
+def test_tianshou_page_shows_the_committed_table():
+    table = (ROOT / "benchmarks" / "results" / "tianshou_loop_random.md").read_text()
+    assert table in (ROOT / "docs" / "guides" / "tianshou.md").read_text() + "\n", (
+        "docs/guides/tianshou.md's table differs from benchmarks/results/tianshou_loop_random.md"
     )
 
 
@@ -348,3 +366,46 @@ def test_ale_frame_loop_compiled_steps_as_python_and_a_changed_loop_is_caught(mo
     assert result["floor_us"] > 0 and set(result) == {"floor_us", "python", "compiled"}
     timing = frame_loop.threads("BreakoutNoFrameskip-v4", 200)
     assert timing["serial_s"] > 0 and timing["threads_s"] > 0
+
+
+def test_the_host_line_carries_the_wake_up_cost_and_the_emulator_floor():
+    from shmvec.bench import host
+
+    wake = host.wake_up_us(round_trips=200, rounds=3)
+    assert 0 < wake < float("inf")
+    assert host.describe(None) == "Host: wake-up cost not recorded"
+    assert host.describe(41.6, 179.4) == (
+        "Host: wake-up 42 µs (pipe round trip between two processes); emulator floor 179 µs CPU per env "
+        "step (ale.act x 4, one process)"
+    )
+    require("ale_py", 'pip install -e ".[atari]"')
+    assert host.emulator_floor_us("PongNoFrameskip-v4", steps=200) > 0
+
+
+@pytest.mark.parametrize("page", ["benchmarks.md", "guides/choosing.md"])
+def test_the_whole_training_table_is_rendered_from_the_committed_json(page):
+    from shmvec.bench.train import TrainResult
+    from shmvec.bench.train_report import markdown
+
+    result = TrainResult.from_dict(
+        json.loads((ROOT / "benchmarks" / "results" / "train_atari.json").read_text())
+    )
+    assert report.readme_block(ROOT / "docs" / page, "train_atari") == markdown(result), (
+        f"docs/{page}'s whole-training block is stale: shmvec bench --train --from-json "
+        "benchmarks/results/train_atari.json --readme docs/" + page
+    )
+    # What the table is for: the VecEnvs trained to the same parameters, the split measured.
+    assert set(result.by_backend()) == {"dummy", "subproc", "shm"}
+    assert result.problems() == []  # dummy and shm: the same parameters for every seed
+    assert all(r.rollout_s > 0 and r.update_s > 0 for r in result.runs)
+    assert result.wake_up_us is not None and result.floor_us is not None
+    # The ratio a reader of the README's "x SubprocVecEnv" compares with, taken here by hand.
+    runs = {(r.backend, r.seed): r for r in result.runs}
+    learn = sorted(
+        (runs["subproc", s].rollout_s + runs["subproc", s].update_s)
+        / (runs["shm", s].rollout_s + runs["shm", s].update_s)
+        for s in result.seeds
+    )
+    mid = learn[len(learn) // 2]  # three seeds: the median is the middle one
+    expected = f"SubprocVecEnv, seed by seed: learn {mid:.2f} ({learn[0]:.2f}-{learn[-1]:.2f})x"
+    assert expected in markdown(result)

@@ -8,15 +8,12 @@ The EnvPool tests need the ``envpool`` extra. They are skipped without it, excep
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 
 from shmvec.bench.backends import backend_names, make_vec_env, takes_workers
 from shmvec.bench.envs import env_factory
-from shmvec.errors import install_hint
-from tests.helpers import assert_obs_equal
+from tests.helpers import assert_obs_equal, needs_envpool
 
 TINY = "tests.envs:make_small_synthetic"
 # Backends that step Python env factories (EnvPool runs its own C++ envs instead).
@@ -111,15 +108,8 @@ def test_envpool_refuses_a_factory_env():
         make_vec_env("envpool", [env_factory(TINY)])
 
 
-def _needs_envpool() -> None:
-    if os.environ.get("SHMVEC_REQUIRE_ENVPOOL") == "1":
-        import envpool  # noqa: F401  # CI's envpool step: missing is a failure, not a skip
-    else:
-        pytest.importorskip("envpool", reason=f"EnvPool is not installed: {install_hint('envpool')}")
-
-
 def test_envpool_backend_runs_pong_with_those_settings():
-    _needs_envpool()
+    needs_envpool()
     from shmvec.bench.envpool_backend import envpool_settings
 
     venv = make_vec_env("envpool", [env_factory("ALE/Pong-v5")] * 2)
@@ -150,7 +140,7 @@ def test_envpool_backend_runs_pong_with_those_settings():
 def test_envpool_runs_the_recipe_with_sb3_settings():
     """With --recipe sb3-atari, EnvPool gets SB3's Atari settings and gives 4 stacked 84x84 gray
     frames, channels first (not bit-identical to the recipe: only the shape is compared)."""
-    _needs_envpool()
+    needs_envpool()
     from shmvec.bench.envpool_backend import envpool_recipe_settings
     from shmvec.bench.recipes import atari_settings, recipe_env
 

@@ -151,7 +151,7 @@ def test_gymnasium_backends_on_gymnasium_1_0_are_refused_with_the_release_they_n
         (["--recipe", "sb3-atari", "--backends", "dummy,async"], "'async' cannot stack frames"),
         (["--env", "ALE/Pong-v5", "--backends", "ale-vec"], "'ale-vec' runs with --recipe sb3-atari only"),
         (["--recipe", "none", "--backends", "ale-vec"], "'ale-vec' runs with --recipe sb3-atari only"),
-        (["--recipe", "sb3-atari", "--train"], "--recipe is for measuring steps"),
+        (["--recipe", "sb3-atari", "--train", "--backends", "ale-vec"], "not an SB3 VecEnv"),
         (["--recipe", "sb3-atari", "--env-kwargs", '{"frameskip": 2}'], "--env-kwargs does not apply"),
     ],
 )
@@ -159,6 +159,17 @@ def test_cli_refuses_in_one_line(capsys, args, message):
     assert main(["bench", *args, "--repeats", "1", "--seconds", "0.1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("shmvec bench: error: ") and message in err[0], err
+
+
+def test_training_on_the_recipe_defaults_to_what_sb3_can_train():
+    from shmvec.bench.train import check_train_args
+    from shmvec.cli.main import _parser, resolve_defaults
+
+    args = _parser().parse_args(["bench", "--train", "--recipe", "sb3-atari"])
+    resolve_defaults(args)
+    assert (args.env, args.n_envs) == ("PongNoFrameskip-v4", "8")
+    for backend in args.backends.split(","):  # ale-vec and envpool are not SB3 VecEnvs
+        check_train_args(args.env, [backend], "ppo:CnnPolicy", 8, 1024, [0], None, args.recipe)
 
 
 def test_native_line_counts_envs_and_says_why_not():

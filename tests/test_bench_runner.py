@@ -8,7 +8,7 @@ from dataclasses import fields
 import pytest
 
 from shmvec.bench.runner import BenchSpec, Sample
-from tests.test_bench import TINY
+from tests.envs import TINY
 
 
 class _Clock:

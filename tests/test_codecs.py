@@ -13,8 +13,7 @@ from shmvec import codecs as C
 from shmvec.codecs import CodecError
 from shmvec.synthetic import SyntheticImageEnv
 from tests.envs import make_dict_env
-from tests.helpers import require
-from tests.test_equivalence import run_both
+from tests.helpers import require, run_beside_dummy
 
 LOSSLESS = [
     C.get("raw"),
@@ -168,18 +167,18 @@ ENV_CODECS += [C.get("webp", quality=101)] if "webp" in C.available() else []
 
 @pytest.mark.parametrize("codec", ENV_CODECS, ids=str)
 def test_image_env_matches_dummy(no_leaks, codec):
-    run_both(IMAGE, 5, start_method="fork", n_workers=2, codec=codec, verify_every=1)
+    run_beside_dummy(IMAGE, 5, start_method="fork", n_workers=2, codec=codec, verify_every=1)
 
 
 @pytest.mark.parametrize("codec", ["delta", "zstd", {"image": "png", "vec": "lz4"}], ids=str)
 def test_dict_env_matches_dummy(no_leaks, codec):
-    run_both(DICT, 4, start_method="fork", n_workers=2, codec=codec, verify_every=1)
+    run_beside_dummy(DICT, 4, start_method="fork", n_workers=2, codec=codec, verify_every=1)
 
 
 @pytest.mark.parametrize("copy", [True, False])
 def test_without_copy_and_threads(no_leaks, copy):
-    run_both(IMAGE, 4, start_method="fork", n_workers=2, codec="delta", copy=copy, decode_threads=1)
-    run_both(IMAGE, 4, start_method="fork", n_workers=1, codec="delta", copy=copy, decode_threads=3)
+    run_beside_dummy(IMAGE, 4, start_method="fork", n_workers=2, codec="delta", copy=copy, decode_threads=1)
+    run_beside_dummy(IMAGE, 4, start_method="fork", n_workers=1, codec="delta", copy=copy, decode_threads=3)
 
 
 def test_png_refuses_float_leaf_with_key(no_leaks):
@@ -246,4 +245,4 @@ def test_verify_every_zero_does_not_check(no_leaks, monkeypatch):
 
 def test_codecs_travel_to_forkserver_workers(no_leaks):
     # The codecs are pickled to the workers (zstd contexts are rebuilt there, numba kernels loaded).
-    run_both(DICT, 3, steps=20, start_method="forkserver", n_workers=2, codec="delta", verify_every=1)
+    run_beside_dummy(DICT, 3, steps=20, start_method="forkserver", n_workers=2, codec="delta", verify_every=1)

@@ -87,6 +87,13 @@ DOCUMENTED_MODULES = [
     "shmvec.testing.equivalence",
     "shmvec.testing.benchmark",
     "shmvec.testing.plugin",
+    "shmvec.recording",
+    "shmvec.recorder.sb3",
+    "shmvec.recorder.gymnasium",
+    "shmvec.recorder.dataset",
+    "shmvec.recorder.clip",
+    "shmvec.recorder.video",
+    "shmvec.memory.tape",
 ]
 
 
@@ -135,6 +142,42 @@ def test_snippet_runs(key, tmp_path):
     if key == "README.md:0":  # the quickstart: a newcomer must see that it worked, and how fast
         assert "native step: 8 of 8 envs (sb3-atari+frame-stack)" in proc.stdout, proc.stdout
         assert "env steps/s" in proc.stdout, proc.stdout
+    elif key.startswith(FIRST_PAGES):  # a newcomer must see that it worked
+        assert proc.stdout.strip(), f"{key} ran and printed nothing"
+
+
+# The pages a newcomer runs first: every sample on them says what it did (success is not silence).
+FIRST_PAGES = ("README.md:", "docs/getting-started.md:")
+
+
+def test_the_first_samples_print_what_they_did():
+    silent = [key for key, code in SNIPPETS.items() if key.startswith(FIRST_PAGES) and "print(" not in code]
+    assert not silent, f"samples that print nothing: {silent}"
+
+
+def _shell_blocks(page):
+    """``(text before the block, the block)`` of every ```bash block of ``page``."""
+    text = page.read_text()
+    return [(text[: m.start()], m.group(1)) for m in re.finditer(r"^```bash\n(.*?)^```", text, re.S | re.M)]
+
+
+# What a command would overwrite in the repository: the committed figures and the pages.
+TRACKED_OUTPUT = re.compile(
+    r"(?:--json|--plot|--readme|--markdown|--save-models|>)\s+(benchmarks/results/\S*|docs/\S*|README\.md)"
+)
+
+
+def test_commands_that_write_into_the_repository_say_they_regenerate_its_figures():
+    """A reader copies a command block and runs it: one that writes into ``benchmarks/results/`` or
+    the docs replaces a committed figure with whatever their machine measured. Such a block is for
+    regenerating the committed figures, and the paragraph before it says so ("committed")."""
+    unlabelled = []
+    for page in PAGES:
+        for before, block in _shell_blocks(page):
+            paragraph = before.rstrip().rsplit("\n\n", 1)[-1]
+            if TRACKED_OUTPUT.search(block) and "committed" not in paragraph:
+                unlabelled.append(f"{page.relative_to(ROOT)}: {TRACKED_OUTPUT.search(block).group(0)}")
+    assert not unlabelled, f"commands that overwrite committed files unannounced: {unlabelled}"
 
 
 def test_version_is_semantic_and_in_the_changelog():

@@ -18,9 +18,8 @@ from gymnasium import spaces
 
 from shmvec import EnvError, EnvTimeoutError, ObservationError, ShmVecEnv
 from shmvec.synthetic import SyntheticImageEnv, misbehave
-from tests.envs import FaultyEnv
+from tests.envs import FaultyEnv, NanEnv
 from tests.helpers import assert_obs_equal
-from tests.test_errors import _NanEnv
 
 N_ENVS = 4
 ACTIONS = np.ones(N_ENVS, np.int64)
@@ -168,7 +167,7 @@ def test_codec_with_restart_mode_matches_raw(no_leaks):
 
 
 def test_codec_with_check_finite(no_leaks):
-    fns = [functools.partial(_NanEnv, at=0), functools.partial(_NanEnv, "free", float("nan"), 2, False)]
+    fns = [functools.partial(NanEnv, at=0), functools.partial(NanEnv, "free", float("nan"), 2, False)]
     with ShmVecEnv(fns, "fork", n_workers=1, check_finite=True, codec="lz4") as env:
         env.reset()
         env.step(np.zeros(2, np.int64))

@@ -10,9 +10,8 @@ from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
 
 from shmvec import ShmVecEnv
 from shmvec.synthetic import SyntheticImageEnv
-from shmvec.testing import EquivalenceReport, assert_equivalent
 from tests.envs import make_dict_env, make_tuple_env
-from tests.helpers import assert_obs_equal, require, sample_actions
+from tests.helpers import assert_obs_equal, require, run_beside_dummy, sample_actions
 from tests.vector_envs import OMITTED, OptionsRecorderEnv
 
 ENVS = {
@@ -22,29 +21,20 @@ ENVS = {
 }
 
 
-def run_both(make, n_envs: int, steps: int = 60, seed: int = 7, **shm_kwargs) -> EquivalenceReport:
-    """ShmVecEnv against DummyVecEnv through :func:`shmvec.testing.assert_equivalent`: every array of
-    every step and reset, the reset infos, options at the first reset, an explicit reset half-way."""
-    report = assert_equivalent([make] * n_envs, steps, seed, options={"level": 1}, **shm_kwargs)
-    # Terminal observations, time-limit flags and reset infos were only compared if episodes ended.
-    assert report.terminated and report.truncated, f"episodes ended only as {report}"
-    return report
-
-
 @pytest.mark.parametrize("kind", sorted(ENVS))
 @pytest.mark.parametrize("n_envs,n_workers", [(5, 2), (3, 3), (4, 1), (1, 1)])
 def test_matches_dummy(no_leaks, kind, n_envs, n_workers):
-    run_both(ENVS[kind], n_envs, start_method="fork", n_workers=n_workers)
+    run_beside_dummy(ENVS[kind], n_envs, start_method="fork", n_workers=n_workers)
 
 
 @pytest.mark.parametrize("kind", sorted(ENVS))
 def test_matches_dummy_without_copy(no_leaks, kind):
-    run_both(ENVS[kind], 4, start_method="fork", n_workers=2, copy=False)
+    run_beside_dummy(ENVS[kind], 4, start_method="fork", n_workers=2, copy=False)
 
 
 @pytest.mark.parametrize("start_method", ["forkserver", "spawn"])
 def test_matches_dummy_other_start_methods(no_leaks, start_method):
-    run_both(ENVS["dict"], 3, steps=30, start_method=start_method, n_workers=2)
+    run_beside_dummy(ENVS["dict"], 3, steps=30, start_method=start_method, n_workers=2)
 
 
 def test_episodes_end_both_ways():

@@ -19,7 +19,7 @@ from shmvec import (
 )
 from shmvec.memory.ring import check_free_space
 from shmvec.synthetic import SyntheticImageEnv
-from tests.envs import BadObsEnv, DictImageEnv, SlowStepEnv
+from tests.envs import BadObsEnv, DictImageEnv, NanEnv, SlowStepEnv
 from tests.helpers import run_script
 
 IMAGE = functools.partial(SyntheticImageEnv, (16, 16, 3))
@@ -215,38 +215,6 @@ def test_actions_of_the_wrong_type_or_length(no_leaks):
         env.step(np.zeros(2, np.int64))
 
 
-class _NanEnv(gym.Env):
-    """Writes ``value`` into key ``key`` at step ``at`` (and ends the episode there if ``end``)."""
-
-    observation_space = spaces.Dict(
-        {
-            "bounded": spaces.Box(-1.0, 1.0, (3,), np.float32),
-            "free": spaces.Box(-np.inf, np.inf, (2,), np.float64),
-            "pixels": spaces.Box(0, 255, (2, 2), np.uint8),
-        }
-    )
-    action_space = spaces.Discrete(2)
-
-    def __init__(self, key: str = "bounded", value: float = float("nan"), at: int = 2, end: bool = False):
-        self.key, self.value, self.at, self.end, self.t = key, value, at, end, 0
-
-    def _obs(self, bad: bool):
-        obs = {"bounded": np.zeros(3, np.float32), "free": np.zeros(2), "pixels": np.zeros((2, 2), np.uint8)}
-        if bad:
-            obs[self.key][-1] = self.value
-        return obs
-
-    def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
-        self.t = 0
-        return self._obs(False), {}
-
-    def step(self, action):
-        self.t += 1
-        bad = self.t == self.at
-        return self._obs(bad), 0.0, bad and self.end, False, {}
-
-
 @pytest.mark.parametrize(
     "key,value,end,message",
     [
@@ -262,7 +230,7 @@ class _NanEnv(gym.Env):
     ],
 )
 def test_check_finite(no_leaks, key, value, end, message):
-    fns = [functools.partial(_NanEnv, at=0), functools.partial(_NanEnv, key, value, 2, end)]
+    fns = [functools.partial(NanEnv, at=0), functools.partial(NanEnv, key, value, 2, end)]
     with ShmVecEnv(fns, "fork", n_workers=1, check_finite=True) as env:
         env.reset()
         env.step(np.zeros(2, np.int64))
@@ -273,8 +241,8 @@ def test_check_finite(no_leaks, key, value, end, message):
 
 def test_inf_allowed_in_unbounded_box_and_check_off_by_default(no_leaks):
     fns = [
-        functools.partial(_NanEnv, "free", float("inf")),
-        functools.partial(_NanEnv, "bounded", float("nan")),
+        functools.partial(NanEnv, "free", float("inf")),
+        functools.partial(NanEnv, "bounded", float("nan")),
     ]
     with ShmVecEnv(fns[:1], "fork", check_finite=True) as env:
         env.reset()

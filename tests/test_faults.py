@@ -19,18 +19,8 @@ import pytest
 from shmvec import ClosedError, EnvError, EnvTimeoutError, ShmVecEnv, WorkerCrashedError
 from shmvec.engine.restart import REASON_KEY, RESTARTED_KEY, restart_seed
 from tests.envs import CRASHES, FaultyEnv, Gate
+from tests.fault_helpers import ACTIONS, faulty_fns
 from tests.helpers import assert_obs_equal, wait_until
-
-N_ENVS = 4
-ACTIONS = np.ones(N_ENVS, np.int64)
-
-
-def faulty_fns(fault: str | None, at: int = 3, where: str = "step", victim: int = 3, **kwargs):
-    """4 envs on 2 workers; env ``victim`` misbehaves. The default victim is the second env of worker 1,
-    so the first one of its group has already stepped (written its row of the slot) when it fails."""
-    fns = [functools.partial(FaultyEnv, **kwargs)] * N_ENVS
-    fns[victim] = functools.partial(FaultyEnv, fault, at, where, **kwargs)
-    return fns
 
 
 def make(fns, **kwargs) -> ShmVecEnv:

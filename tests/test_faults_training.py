@@ -14,7 +14,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv
 
 from shmvec import ShmVecEnv
 from shmvec.engine.restart import restart_seed
-from tests.test_faults import N_ENVS, faulty_fns
+from tests.fault_helpers import N_ENVS, faulty_fns
 from tests.training import assert_same_parameters, parameters
 
 

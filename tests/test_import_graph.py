@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import shmvec
+from tests.helpers import ADAPTERS
 
 # The package that is imported, not a path next to the tests: CI runs these tests against the wheel.
 PACKAGE = Path(shmvec.__file__).resolve().parent
@@ -147,10 +148,11 @@ FLOORS: list[tuple[str, ...]] = [
     ("shmvec", "shmvec.__main__"),
     ("shmvec.cli",),
     ("shmvec.testing",),
-    ("shmvec.bench", "shmvec.fidelity"),  # tools: they use the faces
+    ("shmvec.bench", "shmvec.fidelity", "shmvec.recording"),  # tools: they use the faces
     ("shmvec.vector_make",),
     ("shmvec.tianshou", "shmvec.torchrl", "shmvec.rllib"),  # adapters for other RL libraries: faces
     ("shmvec.vec_env", "shmvec.vector_env"),  # the faces
+    ("shmvec.recorder",),  # recording's wrappers and readers, over the engine (never the faces)
     ("shmvec.vector",),  # the Gymnasium face's mixins
     ("shmvec.engine",),
     ("shmvec.transports",),
@@ -234,10 +236,9 @@ def test_the_root_holds_few_modules():
     assert len(root) <= ROOT_LIMIT, f"{len(root)} modules at the root (at most {ROOT_LIMIT}): {root}"
 
 
-# Adapters for other libraries: faces over the engine or ShmVectorEnv that nothing else in shmvec
-# imports (their library is an extra, and `import shmvec` stays free of it; tests/test_adapters.py
-# checks that only each adapter imports its library).
-ADAPTERS = ("shmvec.tianshou", "shmvec.torchrl", "shmvec.rllib")
+# Adapters for other libraries (tests.helpers.ADAPTERS): faces over the engine or ShmVectorEnv that
+# nothing else in shmvec imports (their library is an extra, and `import shmvec` stays free of it;
+# tests/test_adapters.py checks that only each adapter imports its library).
 
 
 def test_nothing_imports_an_adapter():

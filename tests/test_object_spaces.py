@@ -23,7 +23,7 @@ from shmvec import EnvError, ShmVecEnv
 from shmvec.engine.restart import restart_seed
 from tests.helpers import assert_obs_equal, require
 from tests.object_envs import SPACES, TEXT_IN_DICT, make_faulty_mission, make_object_env
-from tests.test_pool import check_trajectories, run_pool
+from tests.pool_helpers import check_trajectories, run_pool
 from tests.vector_envs import CopyOutputs
 from tests.vector_helpers import (
     ACTIONS,

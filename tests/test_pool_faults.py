@@ -15,7 +15,7 @@ from shmvec import EnvError, EnvTimeoutError, ShmVectorEnv, WorkerCrashedError
 from shmvec.engine.restart import REASON_KEY, RESTARTED_KEY
 from tests.envs import FaultyEnv
 from tests.helpers import assert_obs_equal
-from tests.test_pool import FAULTY, check_trajectories, make, run_pool
+from tests.pool_helpers import FAULTY, check_trajectories, make, run_pool
 
 # ---------------------------------------------------------------- faults
 

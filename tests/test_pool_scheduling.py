@@ -20,7 +20,7 @@ from shmvec.engine import autoworkers
 from shmvec.engine.flights import pool_workers
 from shmvec.synthetic import SyntheticImageEnv
 from tests.envs import FaultyEnv, Gate
-from tests.test_pool import FAULTY, make, run_pool
+from tests.pool_helpers import FAULTY, make, run_pool
 
 # ---------------------------------------------------------------- order
 

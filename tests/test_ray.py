@@ -33,7 +33,7 @@ from tests.conftest import shm_segments  # noqa: E402
 from tests.envs import DictImageEnv, SlowStepEnv, make_dict_env  # noqa: E402
 from tests.helpers import assert_obs_equal, assert_steps_equal, sample_actions  # noqa: E402
 from tests.object_envs import make_object_env  # noqa: E402
-from tests.test_pool import FAULTY, check_trajectories, run_pool  # noqa: E402
+from tests.pool_helpers import FAULTY, check_trajectories, run_pool  # noqa: E402
 from tests.vector_helpers import SAME, run_both  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -285,13 +285,12 @@ def test_close_kills_every_actor_and_frees_their_cpus(leaks):
 def test_ppo_parameters_identical_to_dummy_vec_env(leaks):
     import torch
 
-    from tests.test_sb3 import _train
-    from tests.training import ALGOS, assert_same_parameters
+    from tests.training import ALGOS, assert_same_parameters, train_tiny
 
     algo, kwargs = ALGOS["ppo"]
     torch.set_num_threads(1)
-    want = _train(algo, DummyVecEnv, **kwargs)
-    got = _train(algo, ShmVecEnv, vec_env_kwargs={"backend": "ray", "n_workers": 2}, **kwargs)
+    want = train_tiny(algo, DummyVecEnv, **kwargs)
+    got = train_tiny(algo, ShmVecEnv, vec_env_kwargs={"backend": "ray", "n_workers": 2}, **kwargs)
     assert_same_parameters(got, want)
 
 
@@ -389,7 +388,7 @@ def test_bench_backends_step_like_dummy_vec_env(leaks, backend):
 def test_native_atari_step_matches_dummy(leaks, tmp_path):
     """SB3's Atari recipe in Ray actors takes the native step path (its frames encoded by the
     default delta codec on the way) and equals DummyVecEnv, Monitor files included."""
-    from tests.test_atari_native import registered, run_sb3
+    from tests.atari_helpers import registered, run_sb3
 
     env_fn = functools.partial(registered, "BreakoutNoFrameskip-v4")
     ends = run_sb3(env_fn, tmp_path, n_envs=2, steps=300, backend="ray", n_workers=2)

@@ -25,7 +25,7 @@ from shmvec import ShmVecEnv
 from shmvec.synthetic import SyntheticImageEnv
 from tests.envs import DictImageEnv, GoalEnv, TinyImageEnv
 from tests.helpers import assert_step_equal, assert_steps_equal, require
-from tests.training import ALGOS, assert_same_parameters, assert_trains_as_dummy, parameters
+from tests.training import ALGOS, assert_same_parameters, assert_trains_as_dummy, parameters, train_tiny
 
 FORK = functools.partial(ShmVecEnv, start_method="fork")
 
@@ -85,31 +85,14 @@ def test_rewards_writable_float_dones_bool_fresh_dicts(no_leaks):
             previous = obs
 
 
-def _train(algo, vec_env_cls, env_kwargs=None, vec_env_kwargs=None, steps=2048, **algo_kwargs):
-    venv = make_vec_env(
-        TinyImageEnv,
-        n_envs=4,
-        seed=3,
-        vec_env_cls=vec_env_cls,
-        env_kwargs=env_kwargs,
-        vec_env_kwargs=vec_env_kwargs,
-    )
-    try:
-        model = algo(policy_kwargs={"net_arch": [16]}, env=venv, seed=3, device="cpu", **algo_kwargs)
-        model.learn(steps)
-        return parameters(model)
-    finally:
-        venv.close()
-
-
 @pytest.mark.parametrize("name", sorted(ALGOS))
 @pytest.mark.parametrize("copy", [True, False])
 def test_training_identical_to_dummy(no_leaks, name, copy):
     """Same seed, same data: identical parameters, with copy=True and with zero-copy views."""
     algo, kwargs = ALGOS[name]
     torch.set_num_threads(1)
-    want = _train(algo, DummyVecEnv, **kwargs)
-    got = _train(algo, ShmVecEnv, vec_env_kwargs={"start_method": "fork", "copy": copy}, **kwargs)
+    want = train_tiny(algo, DummyVecEnv, **kwargs)
+    got = train_tiny(algo, ShmVecEnv, vec_env_kwargs={"start_method": "fork", "copy": copy}, **kwargs)
     assert_same_parameters(got, want)
 
 
@@ -117,8 +100,8 @@ def test_training_identical_to_dummy(no_leaks, name, copy):
 def test_training_identical_to_subproc(no_leaks, name):
     algo, kwargs = ALGOS[name]
     torch.set_num_threads(1)
-    want = _train(algo, SubprocVecEnv, vec_env_kwargs={"start_method": "fork"}, **kwargs)
-    got = _train(
+    want = train_tiny(algo, SubprocVecEnv, vec_env_kwargs={"start_method": "fork"}, **kwargs)
+    got = train_tiny(
         algo, ShmVecEnv, vec_env_kwargs={"start_method": "fork", "reward_dtype": np.float64}, **kwargs
     )
     assert_same_parameters(got, want)

@@ -1,4 +1,4 @@
-"""Typed info columns (:mod:`shmvec.infos`): the info dicts are the ones DummyVecEnv / SyncVectorEnv
+"""Typed info columns (:mod:`shmvec.memory.infos`): the info dicts are the ones DummyVecEnv / SyncVectorEnv
 give (keys, order, exact types, values) whichever way each value travelled, and the typed path is
 really taken (the ring's flags say so) where the infos allow it."""
 

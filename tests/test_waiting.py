@@ -24,7 +24,7 @@ from shmvec.memory.doorbell import CHECK_PARENT_S, WorkerBell
 from shmvec.memory.ring import bell_words
 from shmvec.worker.waiting import CommandWait
 from tests.envs import TinyImageEnv
-from tests.test_equivalence import run_both
+from tests.helpers import run_beside_dummy
 
 
 @pytest.fixture
@@ -173,4 +173,4 @@ def test_an_idle_worker_stops_polling(no_leaks):
 
 
 def test_polling_workers_return_what_dummy_returns(no_leaks):
-    run_both(TinyImageEnv, 3, steps=80, start_method="fork", n_workers=2, worker_spin_us=5_000)
+    run_beside_dummy(TinyImageEnv, 3, steps=80, start_method="fork", n_workers=2, worker_spin_us=5_000)

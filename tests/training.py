@@ -10,6 +10,9 @@ from typing import Any
 
 import torch
 from stable_baselines3 import A2C, DQN, PPO
+from stable_baselines3.common.env_util import make_vec_env
+
+from tests.envs import TinyImageEnv
 
 # name -> (algorithm, its arguments): small enough for a few seconds of training on TinyImageEnv.
 ALGOS: dict[str, tuple[Any, dict[str, Any]]] = {
@@ -55,3 +58,21 @@ def assert_trains_as_dummy(
     (_, want), (before, got) = runs
     assert_moved(before, got)
     assert_same_parameters(got, want)
+
+
+def train_tiny(algo, vec_env_cls, env_kwargs=None, vec_env_kwargs=None, steps=2048, **algo_kwargs):
+    """``algo`` trained ``steps`` env steps on 4 TinyImageEnvs (seed 3) in ``vec_env_cls``; its parameters."""
+    venv = make_vec_env(
+        TinyImageEnv,
+        n_envs=4,
+        seed=3,
+        vec_env_cls=vec_env_cls,
+        env_kwargs=env_kwargs,
+        vec_env_kwargs=vec_env_kwargs,
+    )
+    try:
+        model = algo(policy_kwargs={"net_arch": [16]}, env=venv, seed=3, device="cpu", **algo_kwargs)
+        model.learn(steps)
+        return parameters(model)
+    finally:
+        venv.close()

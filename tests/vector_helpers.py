@@ -10,7 +10,6 @@ from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
-import numpy as np
 
 import shmvec
 from shmvec.engine.restart import REASON_KEY, RESTARTED_KEY
@@ -18,7 +17,9 @@ from shmvec.synthetic import SyntheticImageEnv
 from shmvec.testing import assert_equivalent
 from shmvec.testing.compare import gymnasium_difference, value_difference
 from shmvec.vector_env import AutoresetMode
-from tests.envs import CRASHES, FaultyEnv, make_dict_env, make_tuple_env
+from tests import fault_helpers
+from tests.envs import CRASHES, make_dict_env, make_tuple_env
+from tests.fault_helpers import ACTIONS, N_ENVS
 from tests.helpers import check
 from tests.vector_envs import make_mutating
 
@@ -94,19 +95,14 @@ def run_both(
     return {name for name in ("terminated", "truncated") if getattr(report, name)}
 
 
-N_ENVS = 4
-ACTIONS = np.ones(N_ENVS, np.int64)
 # Where the victim misbehaves: FaultyEnv's `where`, its `at`, and how the test triggers it.
 WHERE = {"step": ("step", 3), "reset": ("reset", 2), "call": ("method", 1)}
 
 
 def faulty_fns(fault: str | None, where: str = "step", victim: int = 3, **kwargs):
-    """4 envs on 2 workers; env ``victim`` (the second env of worker 1) misbehaves."""
-    fns = [functools.partial(FaultyEnv, **kwargs)] * N_ENVS
-    if fault is not None:
-        fault_where, at = WHERE[where]
-        fns[victim] = functools.partial(FaultyEnv, fault, at, fault_where, **kwargs)
-    return fns
+    """:func:`tests.fault_helpers.faulty_fns`, the victim misbehaving where :func:`trigger` makes it."""
+    fault_where, at = WHERE[where]
+    return fault_helpers.faulty_fns(fault, at, fault_where, victim, **kwargs)
 
 
 def trigger(env, where: str):

@@ -4,7 +4,8 @@ the native Atari paths (:mod:`shmvec.atari.sb3`: SB3's and CleanRL's chains,
 
 :class:`Emulator` acts, reads the game-over and truncation flags and counts ``TimeLimit``'s steps as
 those classes do, but grabs no RGB screen (the paths grab palette indices or gray screens of only
-the frames they keep) and builds the info dict only when asked. Which versions of the code it
+the frames they keep; the raw path, :mod:`shmvec.atari.raw`, grabs ALE's own screen into the ring)
+and builds the info dict only when asked. Which versions of the code it
 restates it was checked against: :mod:`shmvec.atari.fingerprints`.
 """
 
@@ -15,7 +16,7 @@ from typing import Any
 import gymnasium as gym
 
 from shmvec.atari import palette
-from shmvec.atari.fingerprints import unknown_code
+from shmvec.atari.fingerprints import installed, unknown_code
 from shmvec.native import GymLayers, class_name, is_exactly
 
 ATARI_ENV = "ale_py.env.AtariEnv"
@@ -35,31 +36,50 @@ class Emulator:
         self.atari = atari
         self.ale = atari.ale
         self.action_set = atari._action_set
-        self.own_skip: int = atari._frameskip
+        self.own_skip: int | tuple[int, int] = atari._frameskip
+        # AtariEnv.step calls act(action, 1.0) for discrete actions since ale-py 0.10, act(action)
+        # before. The call must be the same: 0.10.0 and 0.10.1 bind act(action) to another paddle
+        # strength than 1.0 (Pong's paddle then moves otherwise); 0.10.2 made 1.0 act's default.
+        major_minor = tuple(int(part) for part in installed("ale-py").split(".")[:2])
+        self.strength: tuple[float, ...] = () if major_minor < (0, 10) else (1.0,)
 
     def frame(self, action: Any) -> tuple[float, bool, bool]:
         """``AtariEnv.step(action)`` and ``TimeLimit``'s count, without its observation and info:
         ``(reward, terminated, truncated)``."""
-        # act's paddle strength defaults to the 1.0 AtariEnv passes for discrete actions (ale-py >=
-        # 0.10; 0.9's act takes none): act(action) is AtariEnv's call in every release.
-        ale_action = self.action_set[action]
-        if self.own_skip == 1:  # NoFrameskip ids: AtariEnv's loop once, 0.0 + the reward as it adds it
-            reward = 0.0 + self.ale.act(ale_action)
+        skip: Any = self.own_skip
+        if skip.__class__ is tuple:  # the raw path's random skip, drawn before the action's lookup
+            skip = self.atari.np_random.integers(*skip)
+        ale_action, act, strength = self.action_set[action], self.ale.act, self.strength
+        if skip == 1:  # NoFrameskip ids: AtariEnv's loop once, 0.0 + the reward as it adds it
+            reward = 0.0 + act(ale_action, *strength)
         else:
             reward = 0.0
-            for _ in range(self.own_skip):
-                reward += self.ale.act(ale_action)
+            for _ in range(skip):
+                reward += act(ale_action, *strength)
         truncated = self.ale.game_truncated()
         if self.layers.limit is not None:
             truncated = self.layers.truncate(truncated)
         return reward, self.ale.game_over(with_truncation=False), truncated
 
-    def unchecked(self) -> list[str]:
+    def renders_rgb(self) -> bool:
+        """Whether ``render()`` gives the RGB screen (the env was made with ``render_mode="rgb_array"``)."""
+        return bool(self.atari.render_mode == "rgb_array")
+
+    def render_into(self, out: Any) -> None:
+        """What ``AtariEnv.render()`` returns (``ale.getScreenRGB()``), written into ``out``
+        (height, width, 3) uint8: a recording reads it without leaving the native step."""
+        self.ale.getScreenRGB(out)
+
+    def unchecked(self, raw: bool = False) -> list[str]:
         """The methods of Gymnasium's wrappers and of ``AtariEnv`` it restates whose code
-        :data:`~shmvec.atari.fingerprints.KNOWN` does not list."""
+        :data:`~shmvec.atari.fingerprints.KNOWN` does not list.
+
+        :param raw: for the raw path, which restates ``AtariEnv._get_obs`` too (the other paths grab
+            their own screens).
+        """
         names = unknown_code(self.layers.layers(), METHODS)
-        # AtariEnv._get_obs is not restated: the paths grab their own screens.
-        return names + [n for n in unknown_code([self.atari], METHODS) if not n.endswith("._get_obs")]
+        own = unknown_code([self.atari], METHODS)
+        return names + [n for n in own if raw or not n.endswith("._get_obs")]
 
     def info(self) -> dict[str, Any]:
         """What ``AtariEnv._get_info`` returns."""
@@ -71,10 +91,15 @@ class Emulator:
         }
 
 
-def emulator(env: gym.Env) -> tuple[Emulator | None, str | None]:
+def emulator(env: gym.Env, raw: bool = False) -> tuple[Emulator | None, str | None]:
     """The :class:`Emulator` of the ``AtariEnv`` at the bottom of ``env`` (Gymnasium's standard
     wrappers over it at most), or None and why a native path cannot step it (the code it restates is
-    checked apart: :meth:`Emulator.unchecked`)."""
+    checked apart: :meth:`Emulator.unchecked`).
+
+    :param raw: for the path that gives ``AtariEnv``'s own observations (:mod:`shmvec.atari.raw`):
+        it grabs ALE's screen as ``AtariEnv._get_obs`` does, so any palette and a random frame skip
+        are served too.
+    """
     layers = GymLayers(env)
     atari = layers.inner
     if not is_exactly(atari, ATARI_ENV):
@@ -86,8 +111,8 @@ def emulator(env: gym.Env) -> tuple[Emulator | None, str | None]:
         return None, "AtariEnv with sound observations"
     if atari.render_mode == "human":
         return None, "AtariEnv with render_mode='human'"
-    if not isinstance(atari._frameskip, int):
+    if not isinstance(atari._frameskip, int) and not raw:
         return None, "AtariEnv with a random frame skip"
-    if atari.ale.getScreenDims()[0] == palette.PAL_HEIGHT:
+    if atari.ale.getScreenDims()[0] == palette.PAL_HEIGHT and not raw:
         return None, "a game in ALE's PAL format (another palette)"
     return Emulator(layers), None

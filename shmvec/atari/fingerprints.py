@@ -65,9 +65,10 @@ KNOWN: dict[str, dict[str, tuple[str, str]]] = {
         "dfc940909600235e": _GYM_13,
         "b11ed496300953a9": ("1.4.0", "1.4.0"),
     },
-    # 0.10 passes act a paddle strength (1.0 for discrete actions, act's default) and adds continuous
-    # actions; 0.11.1 checks their dtype; 0.12 fixes the sign of their threshold. The native paths
-    # refuse continuous actions and call act(action), which is the same call in every release.
+    # 0.10 passes act a paddle strength (1.0 for discrete actions) and adds continuous actions;
+    # 0.11.1 checks their dtype; 0.12 fixes the sign of their threshold. The native paths refuse
+    # continuous actions and make AtariEnv's own call (Emulator.strength): act(action) differs from
+    # act(action, 1.0) on 0.10.0-0.10.1, whose binding gives act(action) another strength.
     "ale_py.env.AtariEnv.step": {
         "b7f2e37a6f8696d9": ("0.9.0", "0.9.1"),
         "2ef437596c631658": ("0.10.0", "0.11.0"),
@@ -75,6 +76,14 @@ KNOWN: dict[str, dict[str, tuple[str, str]]] = {
         "3d2cd747f84acf61": ("0.12.0", "0.12.1"),
     },
     "ale_py.env.AtariEnv._get_info": {"91bdc02a674d478a": ("0.9.0", "0.12.1")},
+    # Restated by the raw path alone (shmvec.atari.raw); the others grab their own screens.
+    # 0.10 words its error; 0.10.2 adds sound observations (which the raw path refuses). The screen
+    # grab of "rgb" and "grayscale" is the same call in every release.
+    "ale_py.env.AtariEnv._get_obs": {
+        "5e0bddaafeb0b107": ("0.9.0", "0.9.1"),
+        "2bd4748429b4fd6f": ("0.10.0", "0.10.1"),
+        "9ba5af51ece75289": ("0.10.2", "0.12.1"),
+    },
     # 2.5 changed its type hints only (typing.Tuple -> tuple).
     "stable_baselines3.common.monitor.Monitor.step": {
         "bedad267b2bd9c3f": ("2.4.0", "2.4.1"),
@@ -93,7 +102,7 @@ KNOWN: dict[str, dict[str, tuple[str, str]]] = {
 STACKS: tuple[dict[str, str], ...] = (
     {"stable-baselines3": "2.4.0", "gymnasium": "1.0.0", "ale-py": "0.9.0"},
     {"stable-baselines3": "2.6.0", "gymnasium": "1.1.1", "ale-py": "0.11.2"},
-    {"stable-baselines3": "2.8.0", "gymnasium": "1.2.3", "ale-py": "0.10.2"},
+    {"stable-baselines3": "2.8.0", "gymnasium": "1.2.3", "ale-py": "0.10.1"},
     {"stable-baselines3": "2.9.2", "gymnasium": "1.4.0", "ale-py": "0.12.1"},
 )
 

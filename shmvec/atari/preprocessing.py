@@ -24,7 +24,7 @@ import numpy as np
 from shmvec.atari.emulator import METHODS, Emulator, emulator
 from shmvec.atari.fingerprints import unchecked_status, unknown_code
 from shmvec.atari.warp import MAX, Warp, checked
-from shmvec.native import NativeStatus, StepInto, class_name, is_exactly
+from shmvec.native import NativeStatus, StepInto, class_name, is_exactly, through_wrappers
 
 PREPROCESSING = "gymnasium.wrappers.atari_preprocessing.AtariPreprocessing"
 FRAME_STACK = "gymnasium.wrappers.stateful_observation.FrameStackObservation"
@@ -79,9 +79,7 @@ class PreprocessingStep:
         """One agent step; the resized frame goes into ``out``."""
         pre, emu = self.pre, self.emu
         if not emu.layers.ready():
-            obs, reward, terminated, truncated, info = pre.step(action)
-            out[...] = obs
-            return reward, terminated, truncated, info
+            return through_wrappers(pre, action, out)
         ale, buffers, skip = emu.ale, pre.obs_buffer, pre.frame_skip
         total = 0.0
         terminated = truncated = False

@@ -48,7 +48,7 @@ from shmvec.atari.fingerprints import unchecked_status, unknown_code
 from shmvec.atari.frames import ChannelsFrame, GrayFrame
 from shmvec.atari.preprocessing import FRAME_STACK, StackedObservationStep
 from shmvec.atari.warp import checked, colour
-from shmvec.native import NativeStatus, StepInto, class_name, is_exactly
+from shmvec.native import NativeStatus, StepInto, class_name, is_exactly, through_wrappers
 
 SB3 = "stable_baselines3.common.atari_wrappers."
 GYM = "gymnasium.wrappers.transform_observation."
@@ -209,7 +209,8 @@ class AtariStep:
     def step_into(self, action: Any, out: np.ndarray) -> StepInto:
         """One agent step of the chain; the frame goes into ``out``."""
         if not self._ready():
-            return self._through_wrappers(action, out)
+            self.sync()
+            return through_wrappers(self.env, action, out)
         total, terminated, truncated, info = self._skip(action)
         if self.life is not None:
             terminated = self._life(terminated, truncated)
@@ -311,12 +312,6 @@ class AtariStep:
         for observer in self.observers:
             frame = observer.observation(frame)
         return frame
-
-    def _through_wrappers(self, action: Any, out: np.ndarray) -> StepInto:
-        self.sync()
-        obs, reward, terminated, truncated, info = self.env.step(action)
-        out[...] = obs
-        return reward, terminated, truncated, info
 
     def _frame(self, out: np.ndarray) -> None:
         """The observation of MaxAndSkipEnv's max (or of the one frame without it) into ``out``."""

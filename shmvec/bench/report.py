@@ -8,6 +8,7 @@ import re
 import textwrap
 from pathlib import Path
 
+from shmvec.bench import host
 from shmvec.bench.compare import cells, spread
 from shmvec.bench.recipes import FRAME_STACK
 from shmvec.bench.recommend import recommend
@@ -145,7 +146,9 @@ def _headline(result: BenchResult) -> str:
         f"{spec.env}{recipe}, policy {spec.policy}, {spec.repeats} x {spec.seconds:g} s per configuration "
         f"(interleaved), {result.machine['usable_cpus']} usable CPUs{method}. One env alone: "
         f"{a.median:,.0f} steps/s (95% CI {a.ci_low:,.0f}-{a.ci_high:,.0f}); ceiling = "
-        f"{result.ceiling_rule()}."
+        f"{result.ceiling_rule()}. "
+        + host.describe(result.machine.get("wake_up_us"), result.machine.get("emulator_floor_us"))
+        + "."
     )
 
 

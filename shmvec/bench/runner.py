@@ -35,7 +35,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from shmvec.bench import system
+from shmvec.bench import host, system
 from shmvec.bench.backends import make_vec_env
 from shmvec.bench.envs import check_env_name
 from shmvec.bench.policy import make_actor
@@ -81,6 +81,10 @@ def run(spec: BenchSpec, progress: Progress | None = None) -> BenchResult:
     probe.close()
     obs_bytes = int(sum(np.asarray(x).nbytes for x in _leaves(space.sample())))
     copy_s = {n: _copy_time(space, n) for n in sorted({c.batch for c in configs})}
+    # The host's state, printed beside the ratios (shmvec.bench.host): measured before the rounds.
+    host_state = {"wake_up_us": host.wake_up_us()}
+    if spec.recipe is not None:
+        host_state["emulator_floor_us"] = host.emulator_floor_us(spec.env)
     total, done = (len(configs) + 1) * spec.repeats, 0
     for r in range(spec.repeats):
         rate, cpu, other = _measure_alone(env_fn, spec.seconds, spec.seed + r)
@@ -108,6 +112,7 @@ def run(spec: BenchSpec, progress: Progress | None = None) -> BenchResult:
         "python": platform.python_version(),
         "platform": platform.platform(),
         "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        **host_state,
     }
     result = BenchResult(
         spec, machine, obs_bytes, alone, alone_cpu, points, batch_copy_s=copy_s, alone_other_cores=alone_other

@@ -1,14 +1,21 @@
 """``shmvec bench --train``: train the same algorithm with each backend over a fixed set of seeds, so a
 faster configuration is never judged on steps/s alone.
 
-Per backend and seed: wall-clock time, the seconds of it spent in the VecEnv's ``step`` (all env work,
-IPC included), the mean return of the last (up to 100) finished episodes, every finished episode with
-when it finished (for learning curves: :mod:`shmvec.bench.curves`), and a hash of the learned
-parameters. From DummyVecEnv's runs the table also gives the best wall time any multi-process VecEnv
-could reach on this machine (:func:`best_case`), the yardstick for how much of the remaining time a
-faster VecEnv could still take away. Backends that must be equivalent (DummyVecEnv and ShmVecEnv, both
-float32 rewards) must give identical parameters for the same seed; SubprocVecEnv returns float64
+Per backend and seed: wall-clock time, the seconds of it in the rollouts (``collect_rollouts``: the
+policy's forward passes and the env steps) and in the updates (``train``), the seconds spent in the
+VecEnv's ``step`` (all env work, IPC included), the mean return of the last (up to 100) finished
+episodes, every finished episode with when it finished (for learning curves:
+:mod:`shmvec.bench.curves`), and a hash of the learned parameters. From DummyVecEnv's runs the table
+also gives the best wall time any multi-process VecEnv could reach on this machine
+(:func:`best_case`), the yardstick for how much of the remaining time a faster VecEnv could still
+take away. Backends that must be equivalent (DummyVecEnv and ShmVecEnv, both float32 rewards) must
+give identical parameters for the same seed; SubprocVecEnv returns float64
 rewards, which may change the last bits of training.
+
+With ``recipe="sb3-atari"`` every backend trains on SB3's Atari recipe (:mod:`shmvec.bench.recipes`:
+``make_atari_env`` and 4 frames stacked, by ``VecFrameStack`` or in ShmVecEnv's workers), PPO with
+rl-zoo3's Atari hyperparameters (:data:`ATARI_PPO`). The table gives seconds per 1,000 env steps
+and the host's wake-up cost (:mod:`shmvec.bench.host`) beside the ratios.
 """
 
 from __future__ import annotations
@@ -24,16 +31,28 @@ from typing import Any
 
 import gymnasium as gym
 
-from shmvec.bench import curves
+from shmvec.bench import curves, host, system
 from shmvec.bench.backends import check_backend, make_vec_env
-from shmvec.bench.envs import check_env_name, env_factory
+from shmvec.bench.envs import check_env_name
 from shmvec.bench.policy import algo_class, parse_policy
+from shmvec.bench.recipes import check_recipe, recipe_env
 from shmvec.engine.groups import usable_cpus
 
 # Backends that must train identically to DummyVecEnv for the same seed.
 EQUIVALENT = ("dummy", "shm", "shm-pin", "shm-portable")
 # The gymnasium adapters are not SB3 VecEnvs: SB3 cannot train on them.
-_NOT_TRAINABLE = ("async", "sync", "shm-vector", "envpool", "shm-pool")
+_NOT_TRAINABLE = ("async", "sync", "shm-vector", "envpool", "shm-pool", "ale-vec", "ale-vec-async")
+#: PPO's hyperparameters for the ``sb3-atari`` recipe: rl-zoo3's ``atari`` ones (its linear schedules
+#: of the learning rate and clip range kept constant), for 8 envs.
+ATARI_PPO = {
+    "n_steps": 128,
+    "batch_size": 256,
+    "n_epochs": 4,
+    "learning_rate": 2.5e-4,
+    "clip_range": 0.1,
+    "ent_coef": 0.01,
+    "vf_coef": 0.5,
+}
 
 
 @dataclass
@@ -49,6 +68,9 @@ class TrainRun:
     params_sha256: str
     # (seconds since the VecEnv was built, env steps, return) per finished episode
     curve: list[curves.Episode] = field(default_factory=list)
+    rollout_s: float = 0.0  # of wall_s, in collect_rollouts (forward passes and env steps)
+    update_s: float = 0.0  # of wall_s, in train (the gradient updates)
+    other_cores: float | None = None  # CPU other processes took during learn, in cores: a loaded host
 
 
 @dataclass
@@ -63,6 +85,10 @@ class TrainResult:
     runs: list[TrainRun] = field(default_factory=list)
     cpus: int = field(default_factory=usable_cpus)
     threshold: float | None = None  # a return: the table says when each backend's seeds reached it
+    recipe: str | None = None
+    wake_up_us: float | None = None  # the host's (shmvec.bench.host), measured before the runs
+    floor_us: float | None = None  # the recipe's emulator floor, CPU per env step
+    command: str | None = None  # what measured it, e.g. "shmvec bench --train ..."
 
     def by_backend(self) -> dict[str, list[TrainRun]]:
         """The runs grouped by backend, in the order they ran."""
@@ -101,45 +127,13 @@ class TrainResult:
         d["problems"] = self.problems()
         return d
 
-    def table(self) -> str:
-        """Plain-text summary, one row per backend."""
-        same = self.identical_to()
-        lines = [
-            f"{self.env}, {self.policy}, {self.n_envs} envs, {self.total_steps:,} env steps, "
-            f"seeds {self.seeds}",
-            f"{'backend':<10}{'wall s (median, min-max)':>28}{'in step s':>11}"
-            f"{'mean return (median, min-max)':>34}  params = dummy",
-        ]
-        for b, runs in self.by_backend().items():
-            walls = [r.wall_s for r in runs]
-            rets = [r.mean_return for r in runs if r.mean_return is not None]
-            ret = (
-                f"{statistics.median(rets):.2f} ({min(rets):.2f}-{max(rets):.2f})"
-                if rets
-                else "no episode ended"
-            )
-            ident = (
-                "reference"
-                if b == "dummy"
-                else (f"{sum(same[b])}/{len(same[b])} seeds" if b in same else "-")
-            )
-            wall = f"{statistics.median(walls):.1f} ({min(walls):.1f}-{max(walls):.1f})"
-            step = f"{statistics.median(r.step_s for r in runs):.1f}"
-            lines.append(f"{b:<10}{wall:>28}{step:>11}{ret:>34}  {ident}")
-        dummy = self.by_backend().get("dummy")
-        if dummy and self.cpus > 1:
-            wall, step = (statistics.median(getattr(r, k) for r in dummy) for k in ("wall_s", "step_s"))
-            lines.append(
-                f"an ideal multi-process VecEnv on {self.cpus} CPUs would take "
-                f"{best_case(wall, step, self.cpus):.2f}x dummy's wall time (dummy's time in step spread "
-                "over the CPUs at no cost, the rest unchanged)"
-            )
-        if self.threshold is not None:
-            for b, runs in self.by_backend().items():
-                reached = curves.reached([r.curve for r in runs], self.threshold)
-                lines.append(f"{b}: mean return >= {self.threshold:g} after {reached.describe()}")
-        lines += [f"PROBLEM: {p}" for p in self.problems()]
-        return "\n".join(lines) + "\n"
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> TrainResult:
+        """The result :meth:`to_dict` wrote (the derived keys recomputed, not read)."""
+        names = {f for f in cls.__dataclass_fields__}
+        result = cls(**{k: v for k, v in d.items() if k in names and k != "runs"})
+        result.runs = [TrainRun(**r) for r in d["runs"]]
+        return result
 
 
 def best_case(total_s: float, step_s: float, cpus: int) -> float:
@@ -176,7 +170,9 @@ class Stopwatch:
         setattr(owner, name, timed)
 
 
-def _algo_kwargs(algo: str, n_envs: int, total_steps: int) -> dict[str, Any]:
+def _algo_kwargs(algo: str, n_envs: int, total_steps: int, recipe: str | None = None) -> dict[str, Any]:
+    if algo == "ppo" and recipe == "sb3-atari":
+        return dict(ATARI_PPO)
     # Short runs: rollouts small enough that several updates happen within total_steps.
     if algo == "ppo":
         n_steps = max(8, min(128, total_steps // (4 * n_envs)))
@@ -208,21 +204,25 @@ def check_train_args(
     total_steps: int,
     seeds: Sequence[int],
     env_kwargs: dict[str, Any] | None,
+    recipe: str | None = None,
 ) -> tuple[str, str]:
     """Check :func:`train`'s arguments (building the env once); the algorithm and policy names.
 
-    :raises ValueError: for a bad env, backend, policy or count.
+    :raises ValueError: for a bad env, backend, policy, count or recipe.
     """
     parsed = parse_policy(policy)
     if parsed is None:
         raise ValueError("--train needs a policy such as ppo:CnnPolicy, not 'none'")
     for b in backends:
-        check_backend(b)
+        check_backend(b, recipe)
         if b in _NOT_TRAINABLE:
             raise ValueError(f"backend {b!r} is not an SB3 VecEnv and cannot be trained on")
     if n_envs < 1 or total_steps < 1 or not seeds:
         raise ValueError("--train needs n_envs >= 1, total steps >= 1 and at least one seed")
-    check_env_name(env, **(env_kwargs or {}))
+    if recipe is not None:
+        check_recipe(recipe, env, env_kwargs)
+    else:
+        check_env_name(env, **(env_kwargs or {}))
     return parsed
 
 
@@ -237,27 +237,38 @@ def train_one(
     algo_kwargs: dict[str, Any],
     start_method: str | None = None,
     options: dict[str, Any] | None = None,
+    frame_stack: int | None = None,
 ) -> tuple[TrainRun, Any]:
     """Train once: ``n_envs`` Monitor-wrapped envs from ``env_fn`` in ``backend``; the run and the
     model. Wall-clock time and the episodes' times count from just before the VecEnv is built.
 
     :param options: shmvec's options for the backends shmvec builds, e.g. ``{"codec": "delta"}``
-        (default None: none; see :func:`shmvec.bench.backends.make_vec_env`)."""
-    fn = functools.partial(_monitored, env_fn)
+        (default None: none; see :func:`shmvec.bench.backends.make_vec_env`).
+    :param frame_stack: frames to stack, the backend's way (a recipe's; its envs hold their own
+        Monitor, so ``env_fn`` is not wrapped again); default None: none."""
+    fn = env_fn if frame_stack else functools.partial(_monitored, env_fn)
     start = time.perf_counter()
     episodes: list[curves.Episode] = []
-    venv = make_vec_env(backend, [fn] * n_envs, None, start_method, options=options)
+    venv = make_vec_env(backend, [fn] * n_envs, None, start_method, frame_stack=frame_stack, options=options)
     try:
         venv.seed(seed)
         model = algo_class(algo)(policy, venv, seed=seed, device="cpu", **algo_kwargs)
         steps = Stopwatch(model.get_env(), "step")
+        rollouts, updates = Stopwatch(model, "collect_rollouts"), Stopwatch(model, "train")
+        procs = list(getattr(venv, "processes", []))
+        cpu0, learn0 = system.cpu_snapshot(procs), time.perf_counter()
         model.learn(total_steps, callback=curves.sb3_recorder(episodes, start))
-        wall = time.perf_counter() - start
+        cpu1, wall = system.cpu_snapshot(procs), time.perf_counter() - start
+        busy = cpu1.machine_busy_s - cpu0.machine_busy_s - (cpu1.tree_s - cpu0.tree_s)
+        others = max(0.0, busy / (time.perf_counter() - learn0))
     finally:
         venv.close()
     rets = [ep["r"] for ep in model.ep_info_buffer or []]
     mean = statistics.fmean(rets) if rets else None
-    run = TrainRun(backend, seed, wall, steps.seconds, mean, len(rets), _params_hash(model), episodes)
+    run = TrainRun(
+        backend, seed, wall, steps.seconds, mean, len(rets), _params_hash(model), episodes,
+        rollouts.seconds, updates.seconds, others,
+    )  # fmt: skip
     return run, model
 
 
@@ -272,20 +283,32 @@ def train(
     progress: Callable[[str], None] | None = None,
     env_kwargs: dict[str, Any] | None = None,
     threshold: float | None = None,
+    recipe: str | None = None,
 ) -> TrainResult:
     """Train ``policy`` for ``total_steps`` env steps with each backend and seed (interleaved).
 
     :param threshold: a return; the table then says when each backend's seeds reached it (default
         None: not asked).
-    :raises ValueError: for a bad env, backend, policy or count.
+    :param recipe: ``"sb3-atari"``: every backend builds SB3's Atari recipe over ``env`` (a
+        NoFrameskip-v4 id), PPO takes :data:`ATARI_PPO`, and the result holds the emulator floor;
+        default None: ``env`` as it is.
+    :raises ValueError: for a bad env, backend, policy, count or recipe.
     """
-    algo, policy_name = check_train_args(env, backends, policy, n_envs, total_steps, seeds, env_kwargs)
-    fn = env_factory(env, **(env_kwargs or {}))
-    result = TrainResult(env, policy, n_envs, total_steps, list(seeds), threshold=threshold)
-    kwargs = _algo_kwargs(algo, n_envs, total_steps)
+    algo, policy_name = check_train_args(
+        env, backends, policy, n_envs, total_steps, seeds, env_kwargs, recipe
+    )
+    fn, frame_stack = recipe_env(recipe, env, env_kwargs)
+    result = TrainResult(env, policy, n_envs, total_steps, list(seeds), threshold=threshold, recipe=recipe)
+    # The host's state before the runs, so the ratios carry it (shmvec.bench.host).
+    result.wake_up_us = host.wake_up_us()
+    if recipe is not None:
+        result.floor_us = host.emulator_floor_us(env)
+    kwargs = _algo_kwargs(algo, n_envs, total_steps, recipe)
     for seed in seeds:
         for b in backends:
-            run, _ = train_one(fn, b, algo, policy_name, n_envs, total_steps, seed, kwargs, start_method)
+            run, _ = train_one(
+                fn, b, algo, policy_name, n_envs, total_steps, seed, kwargs, start_method, None, frame_stack
+            )
             result.runs.append(run)
             if progress:
                 progress(f"seed {seed} {b}: {run.wall_s:.1f} s, mean return {run.mean_return}")

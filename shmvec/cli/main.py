@@ -56,7 +56,8 @@ def _parser() -> argparse.ArgumentParser:
         help="sb3-atari (the default without --env): every backend builds SB3's Atari recipe over the "
         "NoFrameskip-v4 --env (make_atari_env, 4 frames stacked: VecFrameStack, or ShmVecEnv's "
         "frame_stack=4); ale-vec and envpool with SB3-like settings (not bit-identical); adds steps/s "
-        "and CPU per env step side by side, against the first of --backends. none: --env as it is",
+        "and CPU per env step side by side, against the first of --backends; with --train, PPO takes "
+        "rl-zoo3's Atari hyperparameters. none: --env as it is",
     )
     bench.add_argument(
         "--env-kwargs",
@@ -127,8 +128,8 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument(
         "--train",
         action="store_true",
-        help="train --policy (default ppo:CnnPolicy) with each backend instead; compare time, return "
-        "and learned parameters",
+        help="train --policy (default ppo:CnnPolicy) with each backend instead; compare time (rollouts "
+        "and updates apart, per 1,000 env steps), return and learned parameters",
     )
     bench.add_argument(
         "--train-steps", type=int, default=2048, help="env steps per training run (default 2048)"
@@ -198,7 +199,7 @@ def resolve_defaults(args: argparse.Namespace) -> None:
     args.env = args.env or (DEFAULT_ENV if args.recipe else "ALE/Pong-v5")
     if args.backends is None:
         backends: tuple[str, ...] = PLAIN_BACKENDS
-        if args.recipe is not None:
+        if args.recipe is not None and not args.train:  # --train: SB3 cannot train on ale-vec, envpool
             backends = RECIPE_BACKENDS + (("envpool",) if importlib.util.find_spec("envpool") else ())
         args.backends = ",".join(backends)
     if args.n_envs is None:
@@ -217,8 +218,6 @@ def _check_bench_args(args: argparse.Namespace) -> None:
     from shmvec.engine.start_methods import resolve_start_method
 
     resolve_defaults(args)
-    if args.recipe is not None and args.train:
-        raise UsageError("--recipe is for measuring steps; --train trains on --env as it is")
     if args.recipe is not None:
         _checked(check_recipe, args.recipe, args.env, _json_object(args.env_kwargs, "--env-kwargs"))
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
@@ -312,33 +311,55 @@ def _bench_unchecked(args: argparse.Namespace) -> int:
 
 def _train(args: argparse.Namespace, backends: list[str], n_envs: list[int]) -> int:
     import json
+    import shlex
 
-    from shmvec.bench.train import check_train_args, train
+    from shmvec.bench import report, train_report
+    from shmvec.bench.train import TrainResult, check_train_args, train
 
-    if not n_envs or min(n_envs) < 1:
-        raise UsageError(f"--n-envs must be >= 1, got {args.n_envs}")
-    seeds = _ints(args.seeds, "--seeds")
-    policy = "ppo:CnnPolicy" if args.policy == "none" else args.policy
-    _checked(
-        check_train_args, args.env, backends, policy, max(n_envs), args.train_steps, seeds, args.env_kwargs
-    )
-    result = train(
-        args.env,
-        backends,
-        policy=policy,
-        n_envs=max(n_envs),
-        total_steps=args.train_steps,
-        seeds=seeds,
-        start_method=args.start_method,
-        env_kwargs=args.env_kwargs,
-        progress=lambda m: print("  " + m, file=sys.stderr, flush=True),
-        threshold=args.threshold,
-    )
-    print(result.table(), end="")
-    if args.json is not None:
+    if args.from_json is not None:
+        try:
+            result = TrainResult.from_dict(json.loads(args.from_json.read_text()))
+        except (OSError, KeyError, TypeError, json.JSONDecodeError) as exc:
+            raise UsageError(f"cannot read training results from {args.from_json}: {exc}") from None
+    else:
+        if not n_envs or min(n_envs) < 1:
+            raise UsageError(f"--n-envs must be >= 1, got {args.n_envs}")
+        seeds = _ints(args.seeds, "--seeds")
+        policy = "ppo:CnnPolicy" if args.policy == "none" else args.policy
+        _checked(
+            check_train_args,
+            args.env,
+            backends,
+            policy,
+            max(n_envs),
+            args.train_steps,
+            seeds,
+            args.env_kwargs,
+            args.recipe,
+        )
+        result = train(
+            args.env,
+            backends,
+            policy=policy,
+            n_envs=max(n_envs),
+            total_steps=args.train_steps,
+            seeds=seeds,
+            start_method=args.start_method,
+            env_kwargs=args.env_kwargs,
+            progress=lambda m: print("  " + m, file=sys.stderr, flush=True),
+            threshold=args.threshold,
+            recipe=args.recipe,
+        )
+        result.command = shlex.join(["shmvec", *args.argv])
+    print(train_report.table(result), end="")
+    if args.json is not None and args.from_json is None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(result.to_dict(), indent=1) + "\n")
         print(f"raw figures: {args.json}")
+    if args.readme is not None:
+        source = args.from_json or args.json
+        report.update_readme(args.readme, source.stem, train_report.markdown(result))
+        print(f"results block updated: {args.readme}")
     if args.plot is not None:
         result.plot(args.plot)
         print(f"learning curves: {args.plot}")
@@ -349,6 +370,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit status. Bad input (:class:`UsageError`) is one line on stderr
     and status 2; any other exception is a bug and propagates with its traceback."""
     args = _parser().parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # the command, for the results it writes
     if args.command is None:
         _parser().print_help()
         return 0

@@ -41,7 +41,13 @@ def build(
     exit_if_reimported_main()
     env_fns = list(env_fns)
     if not env_fns:
-        raise ValueError(f"{owner} needs at least one env factory")
+        # The user typed a count, not a list: name it as their call spelt it.
+        count = "num_envs" if owner == "ShmVectorEnv" else "n_envs"
+        callers = "shmvec.make_vec" if owner == "ShmVectorEnv" else "make_vec_env, make_atari_env"
+        raise ValueError(
+            f"{owner} got 0 env factories: {count}=0 ({callers}) or an empty env_fns makes no env; "
+            f"pass {count} >= 1"
+        )
     if not all(callable(fn) for fn in env_fns):
         raise TypeError("env_fns must be callables that each create an env (e.g. lambda: gym.make(id))")
     options.check_device()

@@ -14,6 +14,7 @@ conventions.
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing
 import time
 import weakref
@@ -75,6 +76,7 @@ class Engine(EnvCalls, Resets):
         self._openmp: PolicyThreads | None = None
         self.in_call: CallInFlight | None = None  # an env call posted and not collected (call_async)
         self.device: HostTensors | None = None  # options.device's converter (shmvec.device), for the faces
+        self.recording: tuple[m.RecordFrames | m.RecordSteps, ...] = ()  # what workers write into tapes
         self.owner, self.options = owner, options
         self.num_envs = n_envs
         assert isinstance(options.n_workers, int) and options.n_slots is not None
@@ -123,9 +125,23 @@ class Engine(EnvCalls, Resets):
     def messages(self) -> tuple[m.Attach, m.Configure | None]:
         """What a (re)started worker is sent once its envs exist."""
         columns = self.layout.typed.columns
-        return self.attach_msg, startup.configure_message(
-            self.options, None if columns is None else columns.schema
-        )
+        configure = startup.configure_message(self.options, None if columns is None else columns.schema)
+        if self.recording:
+            configure = dataclasses.replace(configure or m.Configure(), record=self.recording)
+        return self.attach_msg, configure
+
+    def record(self, orders: tuple[m.RecordFrames | m.RecordSteps, ...]) -> None:
+        """Have every worker write into recording tapes (:mod:`shmvec.memory.tape`) as ``orders``
+        say from its next command on, replacing what it wrote before (``()``: nothing); a worker
+        restart mode relaunches is told too.
+
+        :raises RuntimeError: while steps or an env call are in flight.
+        """
+        self.check_open()
+        if not self.flights.idle or self.in_call is not None:
+            raise RuntimeError("a recording starts or stops between steps: receive the steps in flight first")
+        self.recording = orders
+        self.ask(range(self.n_workers), m.Configure(record=orders), Phase.CALL)
 
     # ------------------------------------------------------------------ lifecycle and faults
 

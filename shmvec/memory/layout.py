@@ -233,14 +233,18 @@ def write_leaf(batch: np.ndarray, i: int, value: Any, leaf: Leaf, env_index: int
     :raises ObservationError: naming the env and the key.
     """
     arr = np.asarray(value)
+    # A plain space has no key: naming one ("key 'obs'") would send the reader looking for a Dict.
+    where = f"env {env_index}, key {leaf.name!r}" if leaf.path else f"env {env_index}"
     if arr.shape != leaf.shape:
         raise ObservationError(
-            f"env {env_index}, key {leaf.name!r}: observation shape {arr.shape} does not match the "
-            f"observation space shape {leaf.shape}"
+            f"{where}: observation shape {arr.shape} does not match the observation space shape {leaf.shape}"
         )
     if arr.dtype != leaf.dtype and not np.can_cast(arr.dtype, leaf.dtype, "same_kind"):
         raise ObservationError(
-            f"env {env_index}, key {leaf.name!r}: observation dtype {arr.dtype} cannot be stored as the "
-            f"observation space dtype {leaf.dtype} without changing its values"
+            f"{where}: observation dtype {arr.dtype} cannot be stored as the observation space dtype "
+            f"{leaf.dtype} without changing its values (DummyVecEnv would cast it, SubprocVecEnv pass "
+            f"{arr.dtype} through; shmvec returns the space's dtype and refuses to cast across kinds). "
+            f"Fix the env: return np.asarray(obs, dtype=np.{leaf.dtype}) (e.g. in a "
+            f"gymnasium.ObservationWrapper), or declare the space with dtype=np.{arr.dtype}"
         )
     batch[i] = arr

@@ -147,7 +147,7 @@ def plan_fields(
             wanted.append((_final_field(j), (n_envs, *leaf.shape), leaf.dtype))
             continue
         # Rows rounded up to the alignment so envs of different workers never share a cache line.
-        bound = _aligned(size.max_bytes)
+        bound = aligned(size.max_bytes)
         for terminal in (False, True):
             wanted.append((_encoded_field("enc", j, terminal), (n_envs, bound), np.dtype(np.uint8)))
             wanted.append((_encoded_field("len", j, terminal), (n_envs,), np.dtype(np.int64)))
@@ -168,11 +168,11 @@ def plan_fields(
         wanted.append((_BELL_ACK, (n_workers, 4), np.dtype(np.uint32)))
     total = 0
     for _, shape, dtype in wanted:
-        total = _aligned(total) + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        total = aligned(total) + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
     return wanted, max(total, 1)
 
 
-def _aligned(offset: int) -> int:
+def aligned(offset: int) -> int:
     return (offset + _ALIGN - 1) // _ALIGN * _ALIGN
 
 
@@ -213,7 +213,7 @@ class Ring:
         # buffer object but not a buffer export, so SharedMemory.close() would unmap memory under
         # live arrays (a segfault for copy=False users). This mapping is unmapped only when the last
         # array referencing it is garbage collected.
-        self._mm: mmap.mmap | None = _map(shm, spec.size)
+        self._mm: mmap.mmap | None = map_segment(shm, spec.size)
         fields = {f.name: f for f in spec.fields}
         # Per observation leaf: one slot's shape, dtype, first byte and size (lend_obs is per step).
         self._lend_plan = [
@@ -244,7 +244,7 @@ class Ring:
         shm = shared_memory.SharedMemory(create=True, size=size, name=segment_name())
         fields, offset = [], 0
         for name, shape, dtype in wanted:
-            offset = _aligned(offset)
+            offset = aligned(offset)
             fields.append(Field(name, tuple(int(s) for s in shape), dtype.str, offset))
             offset += fields[-1].nbytes
         spec = RingSpec(shm.name, size, tuple(fields), n_slots, len(obs_leaves))
@@ -253,7 +253,7 @@ class Ring:
     @classmethod
     def attach(cls, spec: RingSpec) -> Ring:
         """Map an existing segment (worker process). The worker never unlinks it."""
-        return cls(spec, _attach_untracked(spec.shm_name), owner=False)
+        return cls(spec, attach_untracked(spec.shm_name), owner=False)
 
     def obs(self, leaf_index: int) -> np.ndarray:
         """``(n_slots, n_envs, *shape)`` array of observation leaf ``leaf_index``."""
@@ -356,7 +356,7 @@ class Ring:
         shm.close()
 
 
-def _map(shm: shared_memory.SharedMemory, size: int) -> mmap.mmap:
+def map_segment(shm: shared_memory.SharedMemory, size: int) -> mmap.mmap:
     """A mapping of the segment apart from ``shm``'s own: of its file descriptor (POSIX), or of the
     named section (Windows, where it has none; the section lives while any handle to it does)."""
     if sys.platform == "win32":
@@ -373,7 +373,7 @@ def segment_name(pid: int | None = None) -> str:
     return f"{SEGMENT_PREFIX}{os.getpid() if pid is None else pid}_{secrets.token_hex(4)}"
 
 
-def _attach_untracked(name: str) -> shared_memory.SharedMemory:
+def attach_untracked(name: str) -> shared_memory.SharedMemory:
     """Attach without registering the segment with the resource tracker.
 
     Only the creator may own a segment's lifetime. Before Python 3.13 attaching registers it too,

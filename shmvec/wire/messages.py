@@ -9,7 +9,7 @@ env-method results, errors, actions that do not fit the typed action buffer, and
 observation leaves without a fixed size (Text, Sequence, Graph...: "object leaves").
 
 A worker serves each command with the handler registered for its class
-(:func:`shmvec.worker.envs.handlers`); :attr:`Command.label` names it in errors. Replies are
+(:func:`shmvec.worker.serving.handlers`); :attr:`Command.label` names it in errors. Replies are
 :class:`Ready` (start-up), :class:`Stepped`, :class:`ResetDone`, :class:`Returned` or
 :class:`Failed`; :class:`Restarted` stands in the engine for a worker rebuilt by restart mode.
 """
@@ -63,6 +63,8 @@ class Configure(Command):
         (:class:`~shmvec.memory.infos.InfoSchema`).
     :param key_frames: every env's next encoded frame is a key frame.
     :param reset_seeds: reset every env (with these seeds, one per env) in place of its next step.
+    :param record: what the worker writes into recording tapes from now on (:class:`RecordFrames`,
+        :class:`RecordSteps`; an empty tuple: nothing), replacing what it wrote before.
     """
 
     check_finite: bool = False
@@ -71,7 +73,32 @@ class Configure(Command):
     info_schema: Any = None
     key_frames: bool = False
     reset_seeds: list[int | None] | None = None
+    record: tuple[Any, ...] | None = None
     name: ClassVar[str] = "configure"
+
+
+@dataclass(frozen=True, slots=True)
+class RecordFrames:
+    """Part of :class:`Configure`: write render frames of the tape's envs into it
+    (:mod:`shmvec.worker.taps`). ``tape``: its :class:`~shmvec.memory.tape.TapeSpec`;
+    ``episode_trigger``: the cloudpickled ``episode_trigger(episode_id) -> bool`` the worker decides
+    with (None: the main process says, through the tape's ``want`` words); ``video_length``: frames
+    after a clip's first (0: whole episodes); ``episodes``: per row, the episode it is in and its clip
+    (``(episode_id, tag, frames)``), for a tape that starts after the envs' first reset."""
+
+    tape: Any
+    episode_trigger: bytes | None = None
+    video_length: int = 0
+    episodes: tuple[tuple[int, int, int], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class RecordSteps:
+    """Part of :class:`Configure`: write every step and reset of the tape's envs into it (a
+    dataset's records, :mod:`shmvec.worker.taps`). ``tape``: its
+    :class:`~shmvec.memory.tape.TapeSpec`."""
+
+    tape: Any
 
 
 @dataclass(frozen=True, slots=True)

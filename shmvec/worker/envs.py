@@ -16,7 +16,6 @@ import copy
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-import cloudpickle
 import gymnasium as gym
 import numpy as np
 
@@ -35,9 +34,10 @@ from shmvec.memory.layout import (
 from shmvec.memory.ring import Ring
 from shmvec.native import NativeStatus
 from shmvec.wire import messages as m
-from shmvec.worker.envapi import check_reset, check_step, has_wrapper_attr, is_wrapped, make_env
+from shmvec.worker.envapi import check_reset, check_step, has_wrapper_attr, is_wrapped
 from shmvec.worker.process import GlobalRngs
 from shmvec.worker.step_paths import adapt
+from shmvec.worker.taps import Taps
 
 if TYPE_CHECKING:
     from shmvec.worker.encoder import LeafEncoder
@@ -77,6 +77,7 @@ class EnvGroup:
         # Per env: its native step (shmvec.native), which writes the observation into the ring row.
         self.native: list[Any] = [None] * len(envs)
         self.scratch: np.ndarray | None = None  # where native steps write when the row is encoded
+        self.taps: Taps | None = None  # what it writes into recording tapes (shmvec.worker.taps)
 
     def attach(self, msg: m.Attach, ring: Ring | None = None) -> m.Returned:
         """Map the ring (``ring``: a Ray actor's private ring of this worker's envs only, rows from 0,
@@ -161,6 +162,10 @@ class EnvGroup:
         if msg.reset_seeds is not None:
             self.ended = [True] * len(self.envs)
             self.next_seeds = list(msg.reset_seeds)
+        if msg.record is not None:
+            if self.taps is not None:
+                self.taps.close()
+            self.taps = Taps(msg.record, self) if msg.record else None
         return m.Returned()
 
     def write(self, dst: list[np.ndarray], i: int, obs: Any, terminal: bool = False) -> list[Any]:
@@ -191,6 +196,7 @@ class EnvGroup:
         rngs = self.rngs
         typed = self.infos
         native = self.native
+        taps = self.taps
         # Native steps write straight into the ring row unless a codec or a check reads it first.
         direct = not self.encoders and self.finite_rules is None
         replies = []
@@ -200,7 +206,7 @@ class EnvGroup:
             self.current = i
             if rngs is not None:
                 rngs.enter(i)
-            reset_info = None
+            reset_info = final = action = None
             in_place = False  # the observation is in the ring row already
             if ended[i]:
                 # next_step mode: the episode ended in the last step; this step is its reset.
@@ -226,6 +232,9 @@ class EnvGroup:
                         # The terminal observation goes to its own area before the reset obs fills
                         # the slot, and the info is copied: an env may reuse and mutate both in reset().
                         values = self.write(self.final, i, obs, terminal=True)
+                        if taps is not None:
+                            taps.ended(i)
+                            final = values
                         if self.objects:
                             final_objects = final_objects or {}
                             final_objects[i] = copy.deepcopy([values[j] for j in self.objects])
@@ -246,6 +255,12 @@ class EnvGroup:
                 values = self.write(obs_slot, i, obs)
             if objects is not None:
                 objects[i] = [values[j] for j in self.objects]
+            if taps is not None:
+                now = [obs_slot[0][i]] if in_place else values
+                if action is None:
+                    taps.reset(i, now, seed)
+                else:
+                    taps.stepped(i, action, reward, term, trunc, now, final)
             rewards[i] = reward
             terminated[i] = term
             truncated[i] = trunc
@@ -281,6 +296,8 @@ class EnvGroup:
             values = self.write(obs_slot, i, obs)
             if objects is not None:
                 objects[i] = [values[j] for j in self.objects]
+            if self.taps is not None:
+                self.taps.reset(i, values, msg.seeds[i])
             infos.append(info)
         self.current = None
         return m.ResetDone(infos, objects)
@@ -340,57 +357,8 @@ class EnvGroup:
         self.native = [None] * len(self.envs)
         self.encoders = []
         self.actions = None
+        if self.taps is not None:
+            self.taps.close()
+            self.taps = None
         if self.ring is not None:
             self.ring.close()
-
-
-Handler = Callable[[Any], m.Reply]
-
-
-def handlers(group: EnvGroup) -> dict[type, Handler]:
-    """The handler of each command a worker serves (all but :class:`~shmvec.wire.messages.Close`)."""
-    return {
-        m.Attach: group.attach,
-        m.Configure: group.configure,
-        m.Step: group.step,
-        m.Reset: group.reset,
-        m.GetAttr: group.get_attr,
-        m.HasAttr: group.has_attr,
-        m.SetAttr: group.set_attr,
-        m.EnvMethod: group.env_method,
-        m.SetWrapperAttr: group.set_wrapper_attr,
-        m.IsWrapped: group.is_wrapped,
-        m.Render: group.render,
-    }
-
-
-def answer(group: EnvGroup, table: dict[type, Handler], msg: m.Command, pid: int) -> m.Reply:
-    """Run one command: its reply, or :class:`~shmvec.wire.messages.Failed` naming the env that raised."""
-    try:
-        return table[type(msg)](msg)
-    except Exception as exc:
-        env_index = None if group.current is None else group.first_env + group.current
-        group.current = None
-        return m.Failed(m.RemoteError.capture(exc, env_index, msg.label, pid))
-
-
-def start_group(
-    env_fns: bytes | list[Callable[[], Any]], first_env: int, isolate_rng: bool, pid: int
-) -> tuple[EnvGroup | None, m.Ready | m.Failed]:
-    """Create a worker's envs (in a worker process or a Ray actor): the group and its start-up reply
-    (the spaces of each env), or None and :class:`~shmvec.wire.messages.Failed`."""
-    envs: list[gym.Env] = []
-    try:
-        fns = cloudpickle.loads(env_fns) if isinstance(env_fns, bytes) else env_fns
-        rngs = GlobalRngs(len(fns)) if isolate_rng else None
-        for i, fn in enumerate(fns):
-            if rngs is not None:
-                rngs.enter(i)
-            envs.append(make_env(fn))
-            if rngs is not None:
-                rngs.leave(i)
-        spaces = [(env.observation_space, env.action_space) for env in envs]
-        group = EnvGroup(envs, first_env, rngs)
-    except BaseException as exc:  # noqa: BLE001 - anything a user factory raises goes back
-        return None, m.Failed(m.RemoteError.capture(exc, first_env + len(envs), m.MAKE_ENV, pid))
-    return group, m.Ready(spaces)

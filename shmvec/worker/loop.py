@@ -24,7 +24,7 @@ from shmvec.memory.doorbell import OP_STEP, WorkerBell
 from shmvec.wire import framing
 from shmvec.wire import messages as m
 from shmvec.worker.envapi import unpicklable
-from shmvec.worker.envs import EnvGroup, answer, handlers, start_group
+from shmvec.worker.envs import EnvGroup
 from shmvec.worker.process import (
     enable_faulthandler,
     exit_with_parent,
@@ -32,6 +32,7 @@ from shmvec.worker.process import (
     pin_to_cpu,
     quiet_ale_banner,
 )
+from shmvec.worker.serving import answer, handlers, start_group
 from shmvec.worker.waiting import CommandWait
 
 

@@ -2,10 +2,10 @@
 
 In this order: shmvec's ``frame_stack`` wrapper over an env that has a native path (the stack is
 assembled straight into the ring slot); SB3's Atari recipe and CleanRL's ``ppo_atari.py`` chain
-(:mod:`shmvec.atari.sb3`); Gymnasium's
-``AtariPreprocessing`` (:mod:`shmvec.atari.preprocessing`); an env that implements ``step_into``
-itself, under Gymnasium's standard wrappers. Anything else steps through
-its wrappers, with the reason kept for :class:`~shmvec.native.NativeStatus`.
+(:mod:`shmvec.atari.sb3`); Gymnasium's ``AtariPreprocessing`` (:mod:`shmvec.atari.preprocessing`);
+ale-py's ``AtariEnv`` alone (:mod:`shmvec.atari.raw`) or an env that implements ``step_into`` itself,
+under Gymnasium's standard wrappers. Anything else steps through its wrappers, with the reason kept
+for :class:`~shmvec.native.NativeStatus`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,9 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from shmvec.native import GymLayers, NativeStatus, StepInto, class_name
+from shmvec.atari import raw
+from shmvec.atari.emulator import ATARI_ENV
+from shmvec.native import GymLayers, NativeStatus, StepInto, class_name, is_exactly, through_wrappers
 from shmvec.worker.frame_stack import FrameStack
 
 _SB3_ATARI = "stable_baselines3.common.atari_wrappers."
@@ -39,9 +41,7 @@ class GenericStep:
     def step_into(self, action: Any, out: np.ndarray) -> StepInto:
         if not self.layers.ready():
             self.sync()
-            obs, reward, terminated, truncated, info = self.env.step(action)
-            out[...] = obs
-            return reward, terminated, truncated, info
+            return through_wrappers(self.env, action, out)
         reward, terminated, truncated, info = self.inner.step_into(action, out)
         return reward, terminated, self.layers.truncate(truncated), info
 
@@ -72,6 +72,8 @@ def adapt(env: gym.Env) -> tuple[Any, NativeStatus]:
         if native is not None or status.unchecked or type(env).__module__ == _GYM_ATARI[0]:
             return native, status
     layers = GymLayers(env)
+    if is_exactly(layers.inner, ATARI_ENV):
+        return raw.recognise(env)
     if callable(getattr(type(layers.inner), "step_into", None)):
         return GenericStep(env, layers), NativeStatus(GenericStep.path)
     return None, NativeStatus(None, f"no native step for {class_name(env)}")

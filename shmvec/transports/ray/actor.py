@@ -1,7 +1,7 @@
 """The body of a Ray actor that serves one worker: the local worker's own code, in an actor.
 
-:class:`RayWorker` creates its envs with :func:`shmvec.worker.envs.start_group`, runs every command
-through the same handlers (:func:`shmvec.worker.envs.handlers`, :func:`shmvec.worker.envs.answer`)
+:class:`RayWorker` creates its envs with :func:`shmvec.worker.serving.start_group`, runs every command
+through the same handlers (:func:`shmvec.worker.serving.handlers`, :func:`shmvec.worker.serving.answer`)
 and writes into a :class:`~shmvec.transports.ray.wire.PrivateRing`, so env errors, seeds, terminal
 observations, autoreset modes and codec streams behave exactly as in a local worker. Each call
 returns the pickled reply and, for a step or reset, the packed batch
@@ -33,8 +33,8 @@ from shmvec.memory.layout import Leaf, leaves
 from shmvec.transports.ray.wire import Packed, PrivateRing, pack
 from shmvec.wire import messages as m
 from shmvec.worker.envapi import unpicklable
-from shmvec.worker.envs import answer, handlers, start_group
 from shmvec.worker.process import limit_threads, quiet_ale_banner
+from shmvec.worker.serving import answer, handlers, start_group
 
 
 def env_packages() -> tuple[str, ...]:

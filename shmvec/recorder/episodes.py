@@ -1,0 +1,247 @@
+"""The side process of a dataset recording: it reads the steps workers write into a tape
+(:class:`~shmvec.worker.taps.StepTap`), puts whole episodes together and writes them into a Minari
+dataset with the ``minari`` package, as Minari's ``DataCollector`` writes them.
+
+An episode is written once it has ended (terminated or truncated). A reset while an env's episode
+is open (an explicit ``reset()``, restart mode rebuilding a worker, records dropped because the tape
+stayed full) means that episode is torn: it is dropped and counted, never written as if complete.
+The dataset is built in a temporary folder under Minari's datasets folder and moved to its place only
+when the recording finishes, so no partial dataset is ever found under the dataset's id.
+
+Imported in the side process only (and by the main process for :class:`Settings`).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import warnings
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from typing import Any
+
+import numpy as np
+
+from shmvec.memory.layout import assemble
+from shmvec.memory.tape import RESET, RESET_SEEDED, STEP, Tape
+
+_POLL_S = 0.005
+#: The descriptive metadata a recording takes, in the order Minari's metadata function takes them
+#: (``DataCollector.create_dataset``'s keyword arguments, but ``expert_policy``).
+_DESCRIPTIVE = (
+    "eval_env", "algorithm_name", "author", "author_email", "code_permalink", "ref_min_score",
+    "ref_max_score", "description", "requirements",
+)  # fmt: skip
+#: Episodes whose observations are kept to check what the dataset gives back (its stated fidelity).
+CHECKED_EPISODES = 8
+
+
+@dataclass
+class Settings:
+    """What the side process needs besides the tape.
+
+    :param dataset_id: Minari's dataset id.
+    :param observation_space: the vector env's single observation space.
+    :param action_space: its single action space.
+    :param env_spec: the env's ``EnvSpec`` (None: unknown).
+    :param jpeg: Minari's JPEG encoding of image observations (lossy), else raw arrays.
+    :param data_format: Minari's storage (``"hdf5"`` or ``"arrow"``).
+    :param metadata: the dataset's descriptive metadata (``author``, ``algorithm_name``...), passed
+        to Minari's metadata as ``DataCollector.create_dataset`` passes them.
+    """
+
+    dataset_id: str
+    observation_space: Any
+    action_space: Any
+    env_spec: Any
+    jpeg: bool
+    data_format: str = "hdf5"
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+class Episodes:
+    """Episodes being put together from a tape, one open episode per row."""
+
+    def __init__(self, tape: Tape, settings: Settings) -> None:
+        self.tape, self.settings = tape, settings
+        records = tape.spec.record_fields()
+        self.n_obs = sum(1 for name in records if name.startswith("obs"))
+        self.open: dict[int, dict[str, Any] | None] = dict.fromkeys(range(len(tape.spec.env_ids)))
+        self.done: list[tuple[int, int, dict[str, Any]]] = []  # (end step, env, episode)
+        self.latest = [-1] * len(tape.spec.env_ids)
+        self.dropped = 0
+
+    def drain(self) -> bool:
+        """Read every record the tape holds; whether there were any."""
+        tape, moved = self.tape, False
+        for row in range(len(tape.spec.env_ids)):
+            while tape.tail[row] < tape.head[row]:
+                self._read(row, tape.tail[row])
+                tape.tail[row] = tape.tail[row] + 1
+                moved = True
+        return moved
+
+    def _read(self, row: int, index: int) -> None:
+        tape = self.tape
+        slot = index % tape.depth
+        mark, step = int(tape.mark[row, slot]), int(tape.step[row, slot])
+        self.latest[row] = step
+        obs = [np.array(tape.record(f"obs{j}", row, index)) for j in range(self.n_obs)]
+        episode = self.open[row]
+        if mark in (RESET, RESET_SEEDED):
+            if episode is not None and episode["rewards"]:
+                self.dropped += 1  # torn: reset before it ended
+            seed = int(tape.record("seed", row, index)) if mark == RESET_SEEDED else None
+            self.open[row] = {
+                "obs": [obs],
+                "actions": [],
+                "rewards": [],
+                "term": [],
+                "trunc": [],
+                "seed": seed,
+            }
+            return
+        assert mark == STEP
+        if episode is None:
+            return  # the recording started during this episode: it begins at the next reset
+        episode["obs"].append(obs)
+        episode["actions"].append(np.array(tape.record("action", row, index)))
+        episode["rewards"].append(float(tape.record("reward", row, index)))
+        terminated, truncated = (
+            bool(tape.record("terminated", row, index)),
+            bool(tape.record("truncated", row, index)),
+        )
+        episode["term"].append(terminated)
+        episode["trunc"].append(truncated)
+        if terminated or truncated:
+            self.done.append((step, tape.spec.env_ids[row], episode))
+            self.open[row] = None
+
+    def cut_off(self) -> list[int]:
+        """The envs whose writer stopped (the tape stayed full): their last episode was dropped."""
+        return [self.tape.spec.env_ids[r] for r in range(len(self.open)) if self.tape.want[r] == -1]
+
+    def ready(self, everything: bool) -> list[tuple[int, dict[str, Any]]]:
+        """The ended episodes to write now, in the order they ended (step, then env): those no row
+        can still precede (all, when ``everything``)."""
+        mark = float("inf") if everything else min(self.latest)
+        now = sorted((e for e in self.done if e[0] <= mark), key=lambda e: (e[0], e[1]))
+        self.done = [e for e in self.done if e[0] > mark]
+        return [(env, episode) for _, env, episode in now]
+
+    def buffer(self, episode: dict[str, Any], episode_id: int) -> Any:
+        """Minari's ``EpisodeBuffer`` of an episode."""
+        from minari.data_collector.episode_buffer import EpisodeBuffer
+
+        space = self.settings.observation_space
+        leaves = [np.stack([o[j] for o in episode["obs"]]) for j in range(self.n_obs)]
+        return EpisodeBuffer(
+            id=episode_id,
+            seed=episode["seed"],
+            observations=assemble(space, leaves),
+            actions=np.stack(episode["actions"]),
+            rewards=episode["rewards"],
+            terminations=episode["term"],
+            truncations=episode["trunc"],
+        )
+
+
+def fidelity(storage: Any, kept: dict[int, list[np.ndarray]], jpeg: bool, n_obs: int) -> dict[str, Any]:
+    """What the dataset gives back of the observations of the episodes in ``kept`` (id -> leaf
+    arrays), against what the envs returned: JSON-ready, for the dataset's metadata."""
+    from minari.serialization import serialize_space  # noqa: F401  (the storage's own import chain)
+
+    from shmvec.memory.layout import flatten
+
+    worst, total, count, squared = 0.0, 0.0, 0, 0.0
+    for episode in storage.get_episodes(sorted(kept)):
+        got = flatten(storage.observation_space, episode["observations"], [])
+        for a, b in zip(got, kept[int(episode["id"])]):
+            diff = np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))
+            worst = max(worst, float(diff.max(initial=0.0)))
+            total += float(diff.sum())
+            squared += float((diff**2).sum())
+            count += diff.size
+    mse = squared / count if count else 0.0
+    return {
+        "codec": "minari-jpeg" if jpeg else "none",
+        "exact": worst == 0.0,
+        "episodes_checked": len(kept),
+        "values_checked": count,
+        "max_abs_error": worst,
+        "mean_abs_error": total / count if count else 0.0,
+        "psnr_db": None if mse == 0 else float(10 * np.log10(255.0**2 / mse)),
+    }
+
+
+def write(conn: Connection, spec: Any, settings: Settings, tmp: str) -> None:
+    """The side process: write the tape's episodes into the folder ``tmp`` until told to finish,
+    then finish the dataset. Replies ``("done", path, stats)`` or ``("failed", message)``; on
+    failure the main process removes ``tmp`` (this process may die writing: HDF5 on a full disk)."""
+    from minari.data_collector.callbacks import EpisodeMetadataCallback
+    from minari.dataset.minari_storage import MinariStorage
+    from minari.utils import _generate_dataset_metadata, _generate_dataset_path
+
+    tape = Tape.attach(spec)
+    finishing = False
+    final: str | None = None
+    try:
+        storage = MinariStorage.new(
+            tmp, settings.observation_space, settings.action_space, settings.env_spec,
+            settings.data_format, jpeg_encoding=settings.jpeg,
+        )  # fmt: skip
+        episodes = Episodes(tape, settings)
+        kept: dict[int, list[np.ndarray]] = {}
+        written = 0
+        while True:
+            moved = episodes.drain()
+            for env, episode in episodes.ready(finishing):
+                buffer = episodes.buffer(episode, written)
+                storage.update_episodes([buffer])
+                if len(kept) < CHECKED_EPISODES:
+                    kept[written] = [np.stack([o[j] for o in episode["obs"]]) for j in range(episodes.n_obs)]
+                storage.update_episode_metadata([{"shmvec_env": env}], [written])
+                written += 1
+            if finishing:
+                break
+            if conn.poll(0 if moved else _POLL_S):
+                conn.recv()  # "finish": every worker has stopped writing this tape
+                finishing = True
+        given = settings.metadata
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # Minari's advice on what a dataset should also say
+            metadata = _generate_dataset_metadata(
+                settings.dataset_id, settings.env_spec, *(given.get(k) for k in _DESCRIPTIVE[:7]), None,
+                100, *(given.get(k) for k in _DESCRIPTIVE[7:]),
+            )  # fmt: skip
+        metadata["shmvec_fidelity"] = fidelity(storage, kept, settings.jpeg, episodes.n_obs)
+        metadata["shmvec_dropped_episodes"] = episodes.dropped
+        metadata["shmvec_envs_cut_off"] = episodes.cut_off()
+        metadata["shmvec_envs"] = list(spec.env_ids)
+        storage.update_metadata(metadata)
+        callback = EpisodeMetadataCallback()
+        storage.update_episode_metadata(storage.apply(callback))
+        final = str(_generate_dataset_path(settings.dataset_id))
+        for name in os.listdir(tmp):
+            shutil.move(os.path.join(tmp, name), os.path.join(final, name))
+        stats = {"episodes": written, "dropped": episodes.dropped, "envs_cut_off": episodes.cut_off()}
+        conn.send(("done", os.path.dirname(final), stats))
+    except BaseException as exc:  # noqa: BLE001 - a full disk, Minari refusing: said once, training goes on
+        if final is not None:
+            shutil.rmtree(os.path.dirname(final), ignore_errors=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not finishing:
+            _discard_until_finish(tape, conn)  # the workers must not wait on a full tape meanwhile
+        conn.send(("failed", f"{type(exc).__name__}: {exc}"))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tape.close()
+        conn.close()
+
+
+def _discard_until_finish(tape: Tape, conn: Connection) -> None:
+    rows = range(len(tape.spec.env_ids))
+    while not conn.poll(_POLL_S):
+        for row in rows:
+            tape.tail[row] = tape.head[row]
+    conn.recv()
