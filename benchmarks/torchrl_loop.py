@@ -10,7 +10,10 @@ in ``--n`` envs, collected by TorchRL's ``Collector`` with its random policy (``
 - ``parallel``: ``ParallelEnv(n, lambda: GymWrapper(recipe()))``, one process per env (TorchRL's
   shared-memory tensordicts), TorchRL's defaults otherwise;
 - ``serial``: ``SerialEnv`` of the same, in this process (TorchRL's reference);
-- ``shm``: ``ShmTorchRLEnv([recipe] * n)``, shmvec's defaults (``n_workers``: one per usable CPU).
+- ``shm``: ``ShmTorchRLEnv([recipe] * n)``, shmvec's defaults (``n_workers``: one per usable CPU);
+- ``parallel-passive``, ``shm-passive``: the same with ``OMP_WAIT_POLICY=PASSIVE`` set before torch
+  is imported: torch's idle OpenMP threads sleep instead of spinning (GNU OpenMP's default) on the
+  cores the env processes need.
 
 ``--torch-threads N`` sets ``torch.set_num_threads(N)`` in the main process for every configuration
 (default: torch's own, one per CPU). On the 2-vCPU machine it matters for ``shm`` (docs/guides/torchrl.md
@@ -27,6 +30,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import os
 import statistics
 import sys
 import time
@@ -34,7 +38,7 @@ from typing import Any
 
 from policy_loop import run_fresh
 
-CONFIGS = ("parallel", "serial", "shm")
+CONFIGS = ("parallel", "serial", "shm", "parallel-passive", "shm-passive")
 
 
 def recipe(game: str) -> Any:
@@ -76,6 +80,10 @@ def measure(
     config: str, game: str, n: int, seconds: float, warm_up: int, threads: int | None
 ) -> dict[str, float]:
     """One run: env steps/s and CPU µs per env step of this process and all its children."""
+    config, _, wait_policy = config.partition("-")
+    if wait_policy:  # libgomp reads it once, when torch loads it: nothing has imported torch yet
+        assert "torch" not in sys.modules
+        os.environ["OMP_WAIT_POLICY"] = wait_policy.upper()
     import torch
     from torchrl.collectors import Collector
 
@@ -121,7 +129,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--game", default="ALE/Breakout-v5")
     parser.add_argument("--n", type=int, default=8, help="envs")
-    parser.add_argument("--configs", default=",".join(CONFIGS))
+    parser.add_argument("--configs", default="parallel,serial,shm")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--warm-up", type=int, default=5, help="batches before the timed ones")
