@@ -244,3 +244,14 @@ def test_the_emulator_floor_and_the_palette_read_act_on_the_installed_ale_py():
 
     assert host.emulator_floor_us("PongNoFrameskip-v4", steps=40) > 0
     assert palette.read_off_ale(["pong"], frames=20, every=10)
+
+
+def test_a_recording_grabs_the_frame_natively_only_over_checked_render_code(monkeypatch):
+    from shmvec.atari.emulator import emulator
+
+    env = gym.make("PongNoFrameskip-v4", render_mode="rgb_array")
+    emu, why = emulator(env)
+    assert emu is not None and why is None and emu.renders_rgb()
+    not_checked(monkeypatch, "ale_py.env.AtariEnv.render")
+    assert not emu.renders_rgb()
+    env.close()

@@ -18,7 +18,7 @@ import pytest
 from shmvec import ShmVecEnv, ShmVectorEnv
 from shmvec.errors import ClosedError, WorkerCrashedError
 from tests.envs import PaintEnv
-from tests.helpers import require
+from tests.helpers import not_checked, require
 
 av = require("av", "pip install 'shmvec[record]'")
 require("stable_baselines3", "pip install 'shmvec[sb3]'")
@@ -237,12 +237,18 @@ def test_gymnasium_step_trigger_clips_are_the_vector_steps_frames(tmp_path, no_l
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("start", [0, 3])  # 0: the clip opens before the envs' first frame exists
-def test_native_atari_path_stays_on_and_clip_is_alestate_render(start, tmp_path, no_leaks):
+# start 0: the clip opens before the envs' first frame exists; "unchecked": AtariEnv.render's code
+# is not one the frame grab was checked against, so the worker calls render() through the wrappers.
+@pytest.mark.parametrize(("start", "render_code"), [(0, "checked"), (3, "checked"), (3, "unchecked")])
+def test_native_atari_path_stays_on_and_clip_is_alestate_render(
+    start, render_code, tmp_path, no_leaks, monkeypatch
+):
     ale_py = require("ale_py", "pip install 'shmvec[atari]'")
     from stable_baselines3.common.env_util import make_atari_env
 
     gym.register_envs(ale_py)
+    if render_code == "unchecked":
+        not_checked(monkeypatch, "ale_py.env.AtariEnv.render")
 
     kwargs = {"env_kwargs": {"render_mode": "rgb_array"}, "seed": 0}
     fork = {"start_method": "fork"}  # the workers have ale-py's games registered, as this process

@@ -58,8 +58,9 @@ class Emulator:
         return reward, self.ale.game_over(with_truncation=False), truncated
 
     def renders_rgb(self) -> bool:
-        """Whether ``render()`` gives the RGB screen (the env was made with ``render_mode="rgb_array"``)."""
-        return bool(self.atari.render_mode == "rgb_array")
+        """Whether ``render()`` gives the RGB screen (the env was made with ``render_mode="rgb_array"``)
+        by code :meth:`render_into` was checked against (else a recording calls ``render()``)."""
+        return self.atari.render_mode == "rgb_array" and not unknown_code([self.atari], ("render",))
 
     def render_into(self, out: Any) -> None:
         """What ``AtariEnv.render()`` returns (``ale.getScreenRGB()``), written into ``out``

@@ -84,6 +84,8 @@ KNOWN: dict[str, dict[str, tuple[str, str]]] = {
         "2bd4748429b4fd6f": ("0.10.0", "0.10.1"),
         "9ba5af51ece75289": ("0.10.2", "0.12.1"),
     },
+    # Restated by a recording's frame grab (Emulator.render_into) only.
+    "ale_py.env.AtariEnv.render": {"5223d07532890cd3": ("0.9.0", "0.12.1")},
     # 2.5 changed its type hints only (typing.Tuple -> tuple).
     "stable_baselines3.common.monitor.Monitor.step": {
         "bedad267b2bd9c3f": ("2.4.0", "2.4.1"),
