@@ -168,6 +168,12 @@ class Stopwatch:
                 self.seconds += time.perf_counter() - start
 
         setattr(owner, name, timed)
+        self._owner, self._name = owner, name
+
+    def remove(self) -> None:
+        """Unwrap the method: an SB3 model saved afterwards must not pickle the wrapper (it holds the
+        bound method, and with it the VecEnv)."""
+        self._owner.__dict__.pop(self._name, None)
 
 
 def _algo_kwargs(algo: str, n_envs: int, total_steps: int, recipe: str | None = None) -> dict[str, Any]:
@@ -261,6 +267,8 @@ def train_one(
         cpu1, wall = system.cpu_snapshot(procs), time.perf_counter() - start
         busy = cpu1.machine_busy_s - cpu0.machine_busy_s - (cpu1.tree_s - cpu0.tree_s)
         others = max(0.0, busy / (time.perf_counter() - learn0))
+        for watch in (steps, rollouts, updates):
+            watch.remove()
     finally:
         venv.close()
     rets = [ep["r"] for ep in model.ep_info_buffer or []]

@@ -31,9 +31,9 @@ def _parser() -> argparse.ArgumentParser:
         "CPU, memory, start-up; then recommend a configuration. With no options: SB3's Atari recipe on "
         "Pong (make_atari_env, 4 frames stacked), 8 envs, ShmVecEnv (frame_stack=4) against ale-py's "
         "C++ AtariVectorEnv, SubprocVecEnv and DummyVecEnv (and EnvPool where installed), 3 interleaved "
-        "rounds of 2 s (about 1 minute on 2 quiet cores). --env ALE/Pong-v5: raw frames, dummy vs subproc vs shm, n_envs "
-        "1,2,4,8. With --train: train the same policy on each backend and compare wall-clock time, "
-        "returns and learning curves.",
+        "rounds of 2 s (about 1 minute on 2 quiet cores). --env ALE/Pong-v5: raw frames, dummy vs "
+        "subproc vs shm, n_envs 1,2,4,8. With --train: train the same policy on each backend and "
+        "compare wall-clock time, returns and learning curves.",
         epilog="backends (--backends):\n" + describe_backends() + "\nexamples:\n"
         "  shmvec bench --env ALE/Pong-v5                    # raw frames, no recipe\n"
         "  shmvec bench --backends shm,shm-pin --policy ppo:CnnPolicy\n"
