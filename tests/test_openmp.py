@@ -74,9 +74,13 @@ with_pool = n_threads()
 pauser = OpenMPPauser()
 runtimes = pauser.pause()
 paused = n_threads_once_down_to(before)
-again = work()
+pauser.start()  # the first pool a pause ended is left to the policy
+left = n_threads()
+again = work()  # which makes it again
 restarted = n_threads()
+remade = not pauser.idle()  # seen at the next step
 pauser.pause()
+n_threads_once_down_to(before)
 pauser.start()
 started = n_threads()
 pauser.pause()
@@ -85,9 +89,11 @@ pauser.pause()  # ends nothing: no pool
 pauser.start()
 print(json.dumps(dict(libs=loaded_libgomp(), before=before, with_pool=with_pool, runtimes=runtimes,
                       paused=paused, restarted=restarted, started=started, not_started=n_threads_once_down_to(before),
-                      same=first == again)))
+                      same=first == again, left=left, remade=remade)))
 """,
     )
+    assert out["left"] == out["before"], "the first ended pool is left for the policy to make"
+    assert out["remade"], "the policy's region made it again: the next step pauses it"
     assert out["started"] == out["with_pool"], "start() makes the pool the pause ended"
     assert out["not_started"] == out["before"], "start() after a pause that ended nothing makes none"
     assert any("libgomp" in lib for lib in out["libs"]), out
@@ -211,6 +217,52 @@ print(json.dumps(dict(idles=idles, floor=pauser._floor, idle_after=pauser.idle()
     assert out["floor"] == 0 and not out["idle_after"], out
 
 
+@pytest.mark.parametrize("policy_works", [True, False])
+def test_start_makes_only_a_pool_the_policy_makes_again(tmp_path, policy_works):
+    """A pool made once by something else than the policy (a model's initialisation, a library's
+    copies; random actions after) is not started after every step, where its threads would spin on
+    the workers' cores: once the policy has not made it again, steps are idle. A policy whose forward
+    pass makes it again gets it started after each step but one in RECHECK, left to the policy to
+    look again."""
+    out = _run(
+        tmp_path,
+        f"""
+from shmvec.engine.openmp import OpenMPPauser
+before = n_threads()
+pauser = OpenMPPauser()
+work()  # the model's initialisation
+with_pool = n_threads()
+after_start, idles = [], []
+for step in range(pauser.RECHECK + 2):
+    if {policy_works}:
+        work()  # the forward pass
+    idle = pauser.idle()
+    idles.append(idle)
+    if not idle:
+        pauser.pause()
+        n_threads_once_down_to(before)  # the env phase
+        pauser.start()
+    after_start.append(n_threads())
+print(json.dumps(dict(before=before, with_pool=with_pool, after_start=after_start, idles=idles)))
+""",
+    )
+    from shmvec.engine.openmp import OpenMPPauser
+
+    before, with_pool, after_start = out["before"], out["with_pool"], out["after_start"]
+    assert with_pool > before, out
+    if policy_works:
+        started = [n == with_pool for n in after_start]
+        left = [i for i, s in enumerate(started) if not s]
+        # the first ended pool, and the RECHECK-th, are left to the policy
+        assert left == [0, OpenMPPauser.RECHECK - 1], (left, after_start)
+        assert not any(out["idles"]), out["idles"]
+    else:
+        assert after_start == [before] * len(after_start), "no pool started that nobody uses"
+        # idle from the next step on, but for the RECHECK-th idle step, which looks again
+        idles = out["idles"]
+        assert [i for i, idle in enumerate(idles) if not idle] == [0, OpenMPPauser.RECHECK], idles
+
+
 @pytest.mark.parametrize("waits", [True, False])
 def test_a_waiting_env_keeps_the_pool_and_a_busy_one_pauses_it(tmp_path, waits):
     """Thread counts in a real ShmVecEnv: the main process is held to one CPU, so a CPU-bound worker
@@ -245,7 +297,9 @@ if __name__ == "__main__":
 """,
     )
     kept = out["kept"]
-    assert all(out["back"]), out["back"]
+    # Started again before the next forward pass, once the policy has made it again itself (the
+    # first pool the pause ended is left to it: OpenMPPauser.start)
+    assert all(out["back"][1:]), out["back"]
     assert not kept[0], "the first step pauses: nothing is measured yet"
     if waits:
         assert all(kept[4:]), kept
@@ -296,7 +350,8 @@ if __name__ == "__main__":
 """,
     )
     kept = out["kept"]
-    assert all(out["back"]), out["back"]  # paused or not, the pool is there for the policy
+    # paused or not, the pool is there for the policy (after the first pause, left to the policy)
+    assert all(out["back"][1:]), out["back"]
     if expect == "paused":
         assert not any(kept), kept
     elif batch == 2:

@@ -38,7 +38,9 @@ before the cores the workers just left go idle, instead of by the policy's next 
 whatever the caller does in between. SB3's recipe with ``VecFrameStack(ShmVecEnv)`` stacks frames in
 the main process for ~0.6 ms there: PPO ``CnnPolicy`` in the loop ran 1.23x faster (median of 6
 interleaved rounds, 0.80-1.54x), the forward passes' 90th percentile falling from 17.8 to 5.6 ms;
-with ``frame_stack=4``, 1.09x (0.94-1.27x).
+with ``frame_stack=4``, 1.09x (0.94-1.27x). That is done only once the policy has been seen to
+make the pool again itself (see :meth:`OpenMPPauser.start`): a pool that something else made, once,
+would be restarted for nothing after every step.
 """
 
 from __future__ import annotations
@@ -81,8 +83,8 @@ class OpenMPPauser:
 
     def __init__(self) -> None:
         self._pauses: list[Callable[[int], int]] = []
-        self._starts: list[Callable[[], None]] = []
-        self._ended: list[Callable[[], None]] = []  # the starts of the runtimes start() may start
+        self._regions: list[Callable[[], None]] = []  # an empty parallel region per runtime
+        self._ended: list[Callable[[], None]] = []  # the regions of the runtimes start() may start
         self._before = 0  # threads before the last pause
         self._seen: set[str] = set()
         self._n_modules = -1
@@ -90,6 +92,9 @@ class OpenMPPauser:
         self._floor = 0  # threads of the process with no pool, as last confirmed (0: not known)
         self._unconfirmed = 0  # threads before the last pause if it seemed to end none, else 0
         self._idle_steps = 0
+        self._remakes: bool | None = None  # whether the policy's regions made an ended pool again
+        self._left = 0  # threads once a pool start() left to the policy had gone (0: none left)
+        self._starts = 0  # pools start() found ended, counted for one in RECHECK to be left
 
     def _refresh(self) -> None:
         self._n_modules = len(sys.modules)
@@ -111,7 +116,7 @@ class OpenMPPauser:
             parallel.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint, ctypes.c_uint]
             parallel.restype = None
             body = ctypes.cast(noop, ctypes.c_void_p)  # a C function that does nothing harmful
-            self._starts.append(functools.partial(parallel, body, None, 0, 0))
+            self._regions.append(functools.partial(parallel, body, None, 0, 0))
 
     def runtimes(self) -> int:
         """How many libgomp runtimes :meth:`pause` would ask (looked up again as in :meth:`pause`)."""
@@ -128,9 +133,16 @@ class OpenMPPauser:
         :attr:`RECHECK` says False all the same, so that a pause looks again: a pool
         whose threads had not yet left when it was judged gone (a very short env phase) would
         otherwise keep the same count and never be paused again."""
-        if not (self._floor or self._unconfirmed):  # no pause yet ended nothing (pool mode's overlap)
+        if self._left:  # a pool start() left to the policy: whether its regions made it again
+            self._count = count = _thread_count()
+            self._remakes = count > self._left
+            if not self._remakes:  # none: nothing to pause until a pool is made (counted)
+                self._floor = self._left
+            self._left = 0
+        elif not (self._floor or self._unconfirmed):  # no pause yet ended nothing (pool mode's overlap)
             return False
-        self._count = count = _thread_count()
+        else:
+            self._count = count = _thread_count()
         if self._unconfirmed:
             if count == self._unconfirmed:
                 self._floor = count
@@ -147,11 +159,11 @@ class OpenMPPauser:
         self._before = count = self._count or _thread_count()
         self._count = 0
         if n == 1:  # whether it ended threads is judged in start(), once they have surely left
-            self._ended = self._starts[:]
+            self._ended = self._regions[:]
             self._pauses[0](_OMP_PAUSE_SOFT)
             return n
         self._ended = []
-        for fn, start in zip(self._pauses, self._starts):
+        for fn, start in zip(self._pauses, self._regions):
             # -1 inside a parallel region (nothing happens); 0 otherwise.
             fn(_OMP_PAUSE_SOFT)
             after = _thread_count()
@@ -167,16 +179,29 @@ class OpenMPPauser:
         for parallel regions), so that no pool is made that nobody uses, whose threads would spin on
         the workers' cores.
 
+        Only where the policy's own regions have been seen to make an ended pool again: the first
+        ended pool, and one in :attr:`RECHECK` after, is left to the policy, and :meth:`idle` looks
+        at the next step whether it was made. A pool made by something else than the policy (a
+        model's initialisation, a library's tensor copies) would otherwise be started after every
+        step for nothing, its threads spinning on the workers' cores: in Tianshou's Collector with
+        random actions on 2 cores that cost the main process 957 µs of CPU per env step against 96
+        without pausing, 2.7x fewer env steps per second (``benchmarks/tianshou_loop.py``).
+
         The pause's threads may still be leaving when it returns (``pthread_join`` returns before
         the kernel drops the thread), so with one runtime the count is compared here, an env phase
         later. With several (scikit-learn and others bundle their own libgomp), only the runtimes
         whose pause showed fewer threads at once are started: the others' empty regions would make
         pools the policy does not use."""
         ended, self._ended = self._ended, []
-        if ended and _thread_count() < self._before:
+        now = _thread_count() if ended else 0
+        if ended and now < self._before:
             self._floor = 0  # there was a pool after all
-            for start in ended:
-                start()
+            self._starts += 1
+            if self._remakes and self._starts % self.RECHECK:
+                for start in ended:
+                    start()
+            else:  # left to the policy, which shows by the next step whether it makes the pool
+                self._left = now
         else:  # none ended, or not yet gone: idle() tells which, an env phase later
             self._unconfirmed = self._before
 
