@@ -36,7 +36,7 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +75,42 @@ def run_fresh(script: str, argv: Sequence[str]) -> dict[str, Any]:
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(argv)} failed:\n{done.stderr[-4000:]}")
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def config_list(known: Sequence[str]) -> Callable[[str], list[str]]:
+    """An argparse ``type=`` for ``--configs``: comma-separated names from ``known``, in the order given."""
+
+    def parse(value: str) -> list[str]:
+        configs = [c for c in value.split(",") if c]
+        unknown = sorted(set(configs) - set(known))
+        if unknown or not configs:
+            raise argparse.ArgumentTypeError(f"unknown {unknown or value!r}; choose from {', '.join(known)}")
+        return configs
+
+    return parse
+
+
+def interleaved(
+    script: str,
+    configs: Sequence[str],
+    rounds: int,
+    argv: Sequence[str],
+    before_round: Callable[[int], None] | None = None,
+) -> dict[str, list[dict[str, Any]]]:
+    """Every one of ``configs`` run ``rounds`` times, each run by :func:`run_fresh` as ``script --one
+    CONFIG *argv``; each round's order rotated by one, so that a slow phase of the machine does not
+    always hit the same configuration. ``before_round(r)`` runs first in round ``r`` (the host's
+    wake-up cost, say). Each run's figures go to stderr as they come."""
+    rows: dict[str, list[dict[str, Any]]] = {c: [] for c in configs}
+    for r in range(rounds):
+        if before_round is not None:
+            before_round(r)
+        for config in [*configs[r % len(configs) :], *configs[: r % len(configs)]]:
+            figures = run_fresh(script, ["--one", config, *argv])
+            rows[config].append(figures)
+            shown = ", ".join(f"{k} {v:,.4g}" for k, v in figures.items() if isinstance(v, (int, float)))
+            print(f"round {r + 1}/{rounds} {config}: {shown}", file=sys.stderr, flush=True)
+    return rows
 
 
 def measure(config: str, args: argparse.Namespace) -> dict[str, float]:
@@ -141,22 +177,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from shmvec.bench import host
 
     wake_up_us = host.wake_up_us()  # the host's, beside the ratios
-    rounds: dict[str, list[dict[str, float]]] = {c: [] for c in args.configs}
     argv = [
         f"--{k}={getattr(args, k.replace('-', '_'))}"
         for k in ("n-envs", "n-stack", "batches", "warmup", "actions")
     ]
-    for r in range(args.rounds):
-        # Each round in a different order, so a slow phase of the machine does not hit one config.
-        order = args.configs[r % len(args.configs) :] + args.configs[: r % len(args.configs)]
-        for config in order:
-            rounds[config].append(run_fresh(__file__, ["--one", config, *argv]))
-            figures = rounds[config][-1]
-            print(
-                f"round {r + 1} {config}: {figures['steps_per_s']:,.0f} env steps/s, "
-                f"steal {figures['steal']:.1%}",
-                flush=True,
-            )
+    rounds = interleaved(__file__, args.configs, args.rounds, argv)
     from shmvec.engine.groups import usable_cpus
 
     return {
@@ -219,7 +244,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
     )
-    parser.add_argument("--configs", default=",".join(CONFIGS), help=f"comma-separated, from {CONFIGS}")
+    parser.add_argument(
+        "--configs", type=config_list(CONFIGS), default=list(CONFIGS), help=f"comma-separated, from {CONFIGS}"
+    )
     parser.add_argument("--n-envs", type=int, default=8)
     parser.add_argument("--n-stack", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=5)
@@ -234,10 +261,6 @@ def main() -> None:
     if args.one:
         print(json.dumps(measure(args.one, args)))
         return
-    args.configs = [c for c in args.configs.split(",") if c]
-    unknown = set(args.configs) - set(CONFIGS)
-    if unknown:
-        parser.error(f"unknown configs {sorted(unknown)}; choose from {CONFIGS}")
     if args.from_json:
         result = json.loads(args.from_json.read_text())
     else:

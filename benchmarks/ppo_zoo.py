@@ -27,7 +27,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from policy_loop import make_venv, run_fresh  # the same recipe; benchmarks/ is the script's path
+# the same recipe; benchmarks/ is the script's path
+from policy_loop import config_list, interleaved, make_venv
 
 from shmvec.bench.train import ATARI_PPO, Stopwatch, best_case
 from shmvec.engine.groups import usable_cpus
@@ -125,7 +126,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
     )
-    parser.add_argument("--configs", default=",".join(CONFIGS), help=f"comma-separated, from {CONFIGS}")
+    parser.add_argument(
+        "--configs", type=config_list(CONFIGS), default=list(CONFIGS), help=f"comma-separated, from {CONFIGS}"
+    )
     parser.add_argument("--steps", type=int, default=20_480, help="env steps per run")
     parser.add_argument("--n-envs", type=int, default=8)
     parser.add_argument("--seed", type=int, default=0)
@@ -134,10 +137,7 @@ def main() -> None:
     parser.add_argument("--from-json", type=Path, default=None, help="measure nothing; report this JSON")
     parser.add_argument("--one", choices=CONFIGS, help=argparse.SUPPRESS)  # one run, in the child
     args = parser.parse_args()
-    configs = [c for c in args.configs.split(",") if c]
-    unknown = set(configs) - set(CONFIGS)
-    if unknown:
-        parser.error(f"unknown configs {sorted(unknown)}; choose from {CONFIGS}")
+    configs = args.configs
     if args.one:
         import ale_py
         import gymnasium as gym
@@ -151,18 +151,8 @@ def main() -> None:
         from shmvec.bench import host
 
         wake_up_us = host.wake_up_us()  # the host's, beside the ratios
-        rounds: dict[str, list[dict[str, Any]]] = {c: [] for c in configs}
-        for r in range(args.rounds):
-            for config in configs[r % len(configs) :] + configs[: r % len(configs)]:
-                argv = [
-                    "--one",
-                    config,
-                    f"--steps={args.steps}",
-                    f"--n-envs={args.n_envs}",
-                    f"--seed={args.seed}",
-                ]
-                rounds[config].append(run_fresh(__file__, argv))
-                print(f"round {r + 1} {config}: {rounds[config][-1]}", flush=True)
+        argv = [f"--steps={args.steps}", f"--n-envs={args.n_envs}", f"--seed={args.seed}"]
+        rounds = interleaved(__file__, configs, args.rounds, argv)
         spec = {k: v for k, v in vars(args).items() if k not in ("json", "from_json")}
         result = {
             "spec": spec,

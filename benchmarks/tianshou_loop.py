@@ -31,11 +31,10 @@ import argparse
 import functools
 import json
 import statistics
-import sys
 import time
 from typing import Any
 
-from policy_loop import run_fresh
+from policy_loop import config_list, interleaved
 
 from shmvec.bench import host
 
@@ -132,20 +131,13 @@ def markdown(result: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-def _configs(value: str) -> list[str]:
-    """``--configs``: names from :data:`CONFIGS`, comma-separated."""
-    configs = value.split(",")
-    unknown = set(configs) - set(CONFIGS)
-    if unknown:
-        raise argparse.ArgumentTypeError(f"unknown {sorted(unknown)}; choose from {', '.join(CONFIGS)}")
-    return configs
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--game", default="ALE/Breakout-v5")
     parser.add_argument("--n", type=int, default=8, help="envs (default 8)")
-    parser.add_argument("--configs", type=_configs, default=list(CONFIGS), help=", ".join(CONFIGS))
+    parser.add_argument(
+        "--configs", type=config_list(CONFIGS), default=list(CONFIGS), help=", ".join(CONFIGS)
+    )
     parser.add_argument("--policy", choices=("random", "dqn"), default="random")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=6.0, help="seconds per run (default 6)")
@@ -163,15 +155,10 @@ def main() -> None:
     configs = args.configs
     import tianshou
 
-    rows: dict[str, list[dict[str, float]]] = {c: [] for c in configs}
     wake: list[float] = []
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     argv = [f"--game={args.game}", f"--n={args.n}", f"--seconds={args.seconds}", f"--policy={args.policy}"]
-    for r in range(args.rounds):
-        wake.append(host.wake_up_us())
-        for config in configs[r % len(configs) :] + configs[: r % len(configs)]:
-            rows[config].append(run_fresh(__file__, ["--one", config, *argv]))
-        print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
+    rows = interleaved(__file__, configs, args.rounds, argv, lambda r: wake.append(host.wake_up_us()))
     result = {
         "started": started,
         "game": args.game,

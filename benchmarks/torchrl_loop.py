@@ -36,7 +36,7 @@ import sys
 import time
 from typing import Any
 
-from policy_loop import run_fresh
+from policy_loop import config_list, interleaved
 
 CONFIGS = ("parallel", "serial", "shm", "parallel-passive", "shm-passive")
 
@@ -129,7 +129,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--game", default="ALE/Breakout-v5")
     parser.add_argument("--n", type=int, default=8, help="envs")
-    parser.add_argument("--configs", default="parallel,serial,shm")
+    parser.add_argument("--configs", type=config_list(CONFIGS), default=["parallel", "serial", "shm"])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--warm-up", type=int, default=5, help="batches before the timed ones")
@@ -147,11 +147,6 @@ def main() -> None:
         with open(args.from_json) as f:
             print(markdown(json.load(f)))
         return
-    configs = args.configs.split(",")
-    unknown = set(configs) - set(CONFIGS)
-    if unknown:
-        parser.error(f"unknown configurations {sorted(unknown)}; choose from {', '.join(CONFIGS)}")
-    rows: dict[str, list[dict[str, float]]] = {c: [] for c in configs}
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     argv = [f"--game={args.game}", f"--n={args.n}", f"--seconds={args.seconds}", f"--warm-up={args.warm_up}"]
     if args.torch_threads is not None:
@@ -159,10 +154,7 @@ def main() -> None:
     from shmvec.bench import host
 
     wake_up_us = host.wake_up_us()  # the host's, beside the ratios
-    for r in range(args.rounds):
-        for config in configs[r % len(configs) :] + configs[: r % len(configs)]:
-            rows[config].append(run_fresh(__file__, ["--one", config, *argv]))
-        print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
+    rows = interleaved(__file__, args.configs, args.rounds, argv)
     result = {
         "started": started,
         "game": args.game,

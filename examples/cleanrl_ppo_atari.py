@@ -9,6 +9,7 @@ that changes between the three runs: ``sync`` steps the envs one after the other
 few worker processes that write observations into shared memory). ``--device`` is where the network
 and the rollout live; with ``shm`` the observations come back there as uint8 tensors
 (``device=``: straight from shared memory, see the guide "Observations on the policy's device").
+Needs Gymnasium >= 1.1 (``AutoresetMode.SAME_STEP``, which Gymnasium 1.0 does not have).
 """
 
 import argparse
@@ -19,12 +20,19 @@ from collections.abc import Callable
 import gymnasium as gym
 import numpy as np
 import torch
-from gymnasium.vector import AutoresetMode
 from gymnasium.wrappers.vector import RecordEpisodeStatistics
 from torch import nn
 from torch.distributions import Categorical
 
 import shmvec
+
+try:
+    from gymnasium.vector import AutoresetMode
+except ImportError:  # Gymnasium 1.0: its vector envs reset an ended env at the next step only
+    raise SystemExit(
+        f"{__file__} needs Gymnasium >= 1.1 for AutoresetMode.SAME_STEP, which the loop below "
+        f"assumes; this is Gymnasium {gym.__version__}: pip install 'gymnasium>=1.1'"
+    ) from None
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

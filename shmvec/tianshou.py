@@ -44,6 +44,7 @@ from tianshou.env import BaseVectorEnv
 from shmvec.engine.batch import Batch
 from shmvec.engine.build import build
 from shmvec.engine.core import Engine
+from shmvec.engine.handle import EngineHandle
 from shmvec.engine.options import Options
 from shmvec.errors import ClosedError
 from shmvec.memory.layout import ARRAY_SPACES, unflatten
@@ -59,7 +60,7 @@ _REFUSED = {
 Ids = int | list[int] | np.ndarray | None
 
 
-class ShmTianshouVectorEnv(BaseVectorEnv):
+class ShmTianshouVectorEnv(EngineHandle, BaseVectorEnv):
     """A Tianshou vector env (``BaseVectorEnv``) whose envs run in shmvec's workers and hand their
     observations over in shared memory; a drop-in for ``ShmemVectorEnv`` and ``SubprocVectorEnv``.
 
@@ -154,16 +155,6 @@ class ShmTianshouVectorEnv(BaseVectorEnv):
         """The envs that may be stepped or reset now (ascending)."""
         waiting = set(self.waiting_id)
         return [i for i in range(self.env_num) if i not in waiting]
-
-    @property
-    def n_workers(self) -> int:
-        """The number of worker processes."""
-        return self._eng.n_workers
-
-    @property
-    def processes(self) -> list[Any]:
-        """The worker processes (``multiprocessing.Process``), in worker order (empty with Ray)."""
-        return self._eng.transport.processes
 
     def _ids(self, id: Ids) -> list[int] | np.ndarray:
         """``id`` as Tianshou's ``_wrap_id`` makes it: None is every env, an int a list of one."""

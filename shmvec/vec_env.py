@@ -17,10 +17,10 @@ import numpy as np
 
 from shmvec.engine.build import build
 from shmvec.engine.core import Engine
+from shmvec.engine.handle import EngineHandle
 from shmvec.engine.options import Options
 from shmvec.errors import ShmVecEnvError
 from shmvec.memory.layout import assemble, terminal_obs
-from shmvec.native import NativeStatus
 from shmvec.wire import messages as m
 
 if TYPE_CHECKING:
@@ -48,7 +48,7 @@ else:
                 )
 
 
-class ShmVecEnv(VecEnv):
+class ShmVecEnv(EngineHandle, VecEnv):
     """A drop-in replacement for SB3's ``SubprocVecEnv`` that moves observations through shared memory.
 
     Workers step a contiguous group of envs each and write observations (every array leaf of
@@ -90,7 +90,6 @@ class ShmVecEnv(VecEnv):
         self._engine: Engine | None = None
         self._engine = engine = build(env_fns, start_method, Options.from_kwargs("ShmVecEnv", options))
         self.start_method = engine.start_method
-        self.n_workers = engine.n_workers
         self.worker_envs = engine.worker_envs
         opts = engine.options
         self.copy, self.timeout, self.on_crash, self.check_finite = (
@@ -120,31 +119,9 @@ class ShmVecEnv(VecEnv):
         return self._engine is not None and self._engine.waiting
 
     @property
-    def processes(self) -> list[Any]:
-        """The worker processes (``multiprocessing.Process``), in worker order (empty with Ray)."""
-        return self._eng.transport.processes
-
-    @property
     def remotes(self) -> list[Connection]:
         """The main-process ends of the worker pipes, in worker order (empty with Ray)."""
         return list(getattr(getattr(self._eng.transport, "res", None), "remotes", []))
-
-    @property
-    def actors(self) -> list[Any]:
-        """``backend="ray"``: the Ray actor handles, one per worker, in worker order (else empty)."""
-        return list(getattr(self._eng.transport, "actors", []))
-
-    @property
-    def n_restarts(self) -> int:
-        """Worker restarts so far (restart mode)."""
-        return self._eng.n_restarts
-
-    @property
-    def native_steps(self) -> list[NativeStatus]:
-        """Per env, in env order: whether its worker steps it natively (``path``, e.g.
-        ``"sb3-atari"``) or through its wrappers (``path`` None, ``reason`` says why). See
-        :mod:`shmvec.native` and the ``native_step`` option."""
-        return list(self._eng.native_steps)
 
     @property
     def copy_fallbacks(self) -> int:

@@ -22,10 +22,10 @@ from shmvec.engine.build import build
 from shmvec.engine.core import Engine
 from shmvec.engine.flights import FIRST_READY, POOL_ORDERS, pool_workers
 from shmvec.engine.groups import usable_cpus
+from shmvec.engine.handle import EngineHandle
 from shmvec.engine.options import Options
 from shmvec.errors import NoPendingCallError
 from shmvec.memory.layout import assemble, terminal_obs
-from shmvec.native import NativeStatus
 
 try:
     from gymnasium.vector import AutoresetMode
@@ -70,7 +70,7 @@ def to_autoreset_mode(mode: str | AutoresetMode) -> AutoresetMode:
         ) from None
 
 
-class ShmVectorEnv(CallMethods, PoolMethods, VectorEnv):
+class ShmVectorEnv(EngineHandle, CallMethods, PoolMethods, VectorEnv):
     """A ``gymnasium.vector.VectorEnv`` whose envs run in a few worker processes and hand their
     observations over in shared memory.
 
@@ -177,32 +177,6 @@ class ShmVectorEnv(CallMethods, PoolMethods, VectorEnv):
         """Copies of each env's ``np_random`` generator, in env order, as AsyncVectorEnv returns them
         (drawing from a copy leaves the env's own generator as it was)."""
         return self.get_attr("np_random")
-
-    @property
-    def actors(self) -> list[Any]:
-        """``backend="ray"``: the Ray actor handles, one per worker, in worker order (else empty)."""
-        return list(getattr(self._eng.transport, "actors", []))
-
-    @property
-    def native_steps(self) -> list[NativeStatus]:
-        """Per env, in env order: whether its worker steps it natively (``path``) or through its
-        wrappers (``path`` None, ``reason`` says why). See :mod:`shmvec.native`."""
-        return list(self._eng.native_steps)
-
-    @property
-    def n_restarts(self) -> int:
-        """Worker restarts so far (restart mode)."""
-        return self._eng.n_restarts
-
-    @property
-    def n_workers(self) -> int:
-        """The number of worker processes (the one chosen, for ``n_workers="auto"``)."""
-        return self._eng.n_workers
-
-    @property
-    def processes(self) -> list[Any]:
-        """The worker processes (``multiprocessing.Process``), in worker order (empty with Ray)."""
-        return self._eng.transport.processes
 
     @property
     def _eng(self) -> Engine:

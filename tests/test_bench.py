@@ -409,3 +409,30 @@ def test_the_whole_training_table_is_rendered_from_the_committed_json(page):
     mid = learn[len(learn) // 2]  # three seeds: the median is the middle one
     expected = f"SubprocVecEnv, seed by seed: learn {mid:.2f} ({learn[0]:.2f}-{learn[-1]:.2f})x"
     assert expected in markdown(result)
+
+
+def test_interleaved_rounds_rotate_the_order_and_configs_are_checked(tmp_path):
+    """Each round starts one configuration later, so a slow phase of the machine does not always hit
+    the same one; an unknown ``--configs`` name is refused with the known ones."""
+    import argparse
+
+    policy_loop = _load_benchmark_script("policy_loop")
+    log = tmp_path / "order.txt"
+    script = tmp_path / "one.py"
+    script.write_text(
+        "import json, sys\n"
+        f"open({str(log)!r}, 'a').write(sys.argv[2] + '\\n')\n"
+        "print(json.dumps({'config': sys.argv[2], 'argv': sys.argv[3:], 'steps_per_s': 1.0}))\n"
+    )
+    seen: list[int] = []
+    rows = policy_loop.interleaved(str(script), ["a", "b", "c"], 3, ["--x=1"], seen.append)
+    assert log.read_text().split() == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]
+    assert seen == [0, 1, 2]
+    assert {k: [r["config"] for r in v] for k, v in rows.items()} == {k: [k] * 3 for k in "abc"}
+    assert rows["a"][0]["argv"] == ["--x=1"]
+    parse = policy_loop.config_list(("a", "b"))
+    assert parse("b,a") == ["b", "a"]
+    with pytest.raises(argparse.ArgumentTypeError, match="choose from a, b"):
+        parse("a,zz")
+    with pytest.raises(argparse.ArgumentTypeError):
+        parse("")
