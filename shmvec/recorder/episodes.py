@@ -2,9 +2,12 @@
 (:class:`~shmvec.worker.taps.StepTap`), puts whole episodes together and writes them into a Minari
 dataset with the ``minari`` package, as Minari's ``DataCollector`` writes them.
 
-An episode is written once it has ended (terminated or truncated). A reset while an env's episode
-is open (an explicit ``reset()``, restart mode rebuilding a worker, records dropped because the tape
-stayed full) means that episode is torn: it is dropped and counted, never written as if complete.
+An episode is written once it has ended (terminated or truncated). The episode an env is in when the
+recording finishes is written too, truncated at its last step, as ``DataCollector.create_dataset``
+writes it (an offline-RL user gets every step recorded, and the flag says it did not end). A reset
+while an env's episode is open (an explicit ``reset()``, restart mode rebuilding a worker) and
+records dropped because the tape stayed full mean that episode is torn: it is dropped and counted,
+never written as if complete.
 The dataset is built in a temporary folder under Minari's datasets folder and moved to its place only
 when the recording finishes, so no partial dataset is ever found under the dataset's id.
 
@@ -117,6 +120,19 @@ class Episodes:
             self.done.append((step, tape.spec.env_ids[row], episode))
             self.open[row] = None
 
+    def truncate_open(self) -> None:
+        """The recording finishes: each env's open episode that has steps ends here, truncated (an
+        env whose writer stopped, :meth:`cut_off`, keeps its last episode dropped: records of it are
+        missing)."""
+        cut = set(self.cut_off())
+        for row, episode in self.open.items():
+            env = self.tape.spec.env_ids[row]
+            if episode is None or not episode["rewards"] or env in cut:
+                continue
+            episode["trunc"][-1] = True
+            self.done.append((self.latest[row], env, episode))
+            self.open[row] = None
+
     def cut_off(self) -> list[int]:
         """The envs whose writer stopped (the tape stayed full): their last episode was dropped."""
         return [self.tape.spec.env_ids[r] for r in range(len(self.open)) if self.tape.want[r] == -1]
@@ -195,6 +211,8 @@ def write(conn: Connection, spec: Any, settings: Settings, tmp: str) -> None:
         written = 0
         while True:
             moved = episodes.drain()
+            if finishing:
+                episodes.truncate_open()
             for env, episode in episodes.ready(finishing):
                 buffer = episodes.buffer(episode, written)
                 storage.update_episodes([buffer])
