@@ -123,7 +123,14 @@ def test_dataset_equals_minari_data_collectors(make, options, no_leaks):
         cut_at_the_end += bool(theirs[-1].truncations[-1] and not theirs[-1].terminations[-1])
         for (got, meta), want, want_meta in zip(mine[i], theirs, their_meta):
             assert_same_episode(got, want)
-            for key in ("total_steps", "rewards_sum", "rewards_mean", "rewards_std", "rewards_max", "rewards_min"):
+            for key in (
+                "total_steps",
+                "rewards_sum",
+                "rewards_mean",
+                "rewards_std",
+                "rewards_max",
+                "rewards_min",
+            ):
                 assert meta[key] == want_meta[key], key
         assert mine[i][0][1]["seed"] == 20 + i and "seed" not in mine[i][1][1]
     assert cut_at_the_end >= 1  # the seeds give the case this test is for
