@@ -201,6 +201,16 @@ def test_unsupported_spaces_closed_env_and_existing_ids_are_refused_in_one_line(
         record_dataset(stacked, "test/other-v0")
 
 
+def test_storage_minari_refuses_is_said_at_the_start_and_training_goes_on(datasets, no_leaks):
+    venv = ShmVecEnv([paint] * 2)
+    with pytest.raises(RuntimeError, match="could not start.*bogus"):
+        record_dataset(venv, "test/refused-v0", data_format="bogus")
+    venv.reset()
+    venv.step(np.ones(2, np.int64))  # the workers record nothing: no tape to wait on
+    venv.close()
+    assert not datasets.exists() or not any(datasets.iterdir())  # no storage left behind
+
+
 class GrayEnv(gym.Env):
     observation_space = gym.spaces.Box(0, 255, (32, 32, 1), np.uint8)
     action_space = gym.spaces.Discrete(2)

@@ -237,15 +237,16 @@ def fidelity(storage: Any, kept: dict[int, list[np.ndarray]], jpeg: bool, n_obs:
 
 
 def write(conn: Connection, spec: Any, settings: Settings, tmp: str) -> None:
-    """The side process: write the tape's episodes into the folder ``tmp`` until told to finish,
-    then finish the dataset. Replies ``("done", path, stats)`` or ``("failed", message)``; on
+    """The side process: create the storage in the folder ``tmp`` and reply ``("ready",)``, write
+    the tape's episodes there until told to finish, then finish the dataset. Replies ``("done",
+    path, stats)`` or ``("failed", message)`` (also in place of ``"ready"``); on
     failure the main process removes ``tmp`` (this process may die writing: HDF5 on a full disk)."""
     from minari.data_collector.callbacks import EpisodeMetadataCallback
     from minari.dataset.minari_storage import MinariStorage
     from minari.utils import _generate_dataset_metadata, _generate_dataset_path
 
     tape = Tape.attach(spec)
-    finishing = False
+    finishing = started = False
     final: str | None = None
     try:
         storage = MinariStorage.new(
@@ -253,6 +254,8 @@ def write(conn: Connection, spec: Any, settings: Settings, tmp: str) -> None:
             settings.data_format, jpeg_encoding=settings.jpeg,
         )  # fmt: skip
         episodes = Episodes(tape, settings)
+        conn.send(("ready",))  # the storage exists: the main process may have the workers record
+        started = True
         kept: dict[int, list[np.ndarray]] = {}
         callback = EpisodeMetadataCallback()
         # Each episode's metadata, written once at the end: DataCollector's callback applied to the
@@ -305,7 +308,7 @@ def write(conn: Connection, spec: Any, settings: Settings, tmp: str) -> None:
         if final is not None:
             shutil.rmtree(os.path.dirname(final), ignore_errors=True)
         shutil.rmtree(tmp, ignore_errors=True)
-        if not finishing:
+        if started and not finishing:
             _discard_until_finish(tape, conn)  # the workers must not wait on a full tape meanwhile
         conn.send(("failed", f"{type(exc).__name__}: {exc}"))
     finally:
