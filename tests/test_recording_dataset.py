@@ -211,6 +211,15 @@ def test_storage_minari_refuses_is_said_at_the_start_and_training_goes_on(datase
     assert not datasets.exists() or not any(datasets.iterdir())  # no storage left behind
 
 
+def test_a_recording_without_steps_is_an_empty_dataset_as_data_collectors(no_leaks):
+    venv = ShmVecEnv([paint] * 2)
+    with record_dataset(venv, "test/empty-v0") as recording:
+        venv.reset()  # resets, no step: no episode
+    venv.close()
+    assert recording.path is not None and recording.stats["episodes"] == 0
+    assert minari.load_dataset("test/empty-v0").total_episodes == 0
+
+
 class GrayEnv(gym.Env):
     observation_space = gym.spaces.Box(0, 255, (32, 32, 1), np.uint8)
     action_space = gym.spaces.Discrete(2)

@@ -213,7 +213,8 @@ def fidelity(storage: Any, kept: dict[int, list[np.ndarray]], jpeg: bool, n_obs:
     from shmvec.memory.layout import flatten
 
     worst, total, count, squared = 0.0, 0.0, 0, 0.0
-    for episode in storage.get_episodes(sorted(kept)):
+    # Nothing written, nothing to read back (the storage has no episode file yet to open).
+    for episode in storage.get_episodes(sorted(kept)) if kept else ():
         got = flatten(storage.observation_space, episode["observations"], [])
         for a, b in zip(got, kept[int(episode["id"])]):
             if np.shape(a) == np.shape(b) and np.array_equal(a, b):
