@@ -242,7 +242,8 @@ def main() -> None:
             rate, cpu, *ret = json.loads(out.strip().splitlines()[-1])
             samples[config].append(rate)
             cpus[config].append(cpu)
-            returns.setdefault(config, []).extend(ret)
+            if ret:
+                returns.setdefault(config, []).extend(ret)
             said = f", mean return {ret[0]:.2f}" if ret else ""
             print(
                 f"round {r + 1}: {config:18s} {rate:8.0f} env steps/s {cpu:7.1f} µs CPU per env step{said}",
