@@ -4,9 +4,16 @@ with shmvec's video recording, with SB3's VecVideoRecorder over ShmVecEnv and ov
 SyncVectorEnv loop. Configurations interleaved round by round; ratios to the baseline of the same
 round, median and range over rounds.
 
-    python benchmarks/recording.py                              # every configuration, 3 rounds
+    python benchmarks/recording.py                              # every random-action configuration, 3 rounds
     python benchmarks/recording.py --configs shm,shm-video,sb3-video-shm --rounds 5
     python benchmarks/recording.py --steps 5000 --every 5000 --length 500   # same duty cycle, shorter
+    python benchmarks/recording.py --configs ppo,ppo-video,ppo-dataset --steps 4096 --every 4096 --length 400
+
+PPO in the loop (``ppo*``, not in the default): SB3's PPO (CnnPolicy, rl-zoo3's Atari
+hyperparameters, seed 0, torch's default threads) learning for ``--steps`` vector steps on the
+recipe with ``frame_stack=4``, without recording, with shmvec's video of env 0 (same trigger) or with
+a dataset of all 8 envs (frame stacks, lossless): env steps/s and CPU over ``learn()``, and the mean
+return of the last 100 episodes, which must be the same in all three (same seeds).
 
 Video: one clip of ``--length`` steps every ``--every`` steps (default 10,000 and 1,000: the issue's
 target), env 0 alone for shmvec (SB3's recorder tiles all 8, as it always does), H.264. Datasets:
@@ -43,13 +50,20 @@ CONFIGS = {
     "shm-raw": "ShmVecEnv (no frame stack), no recording: the dataset baseline",
     "shm-dataset": "ShmVecEnv (no frame stack) + shmvec.recording.record_dataset (all 8, lossless)",
     "minari": "SyncVectorEnv of Minari DataCollectors (no frame stack, jpeg_encoding=False)",
+    "ppo": "SB3 PPO CnnPolicy learning on ShmVecEnv(frame_stack=4), no recording",
+    "ppo-video": "the same PPO + shmvec.recording.VecVideoRecorder(env_ids=[0])",
+    "ppo-dataset": "the same PPO + shmvec.recording.record_dataset (all 8, frame stacks, lossless)",
 }
+#: The PPO configurations (a separate run: ``--configs ppo,ppo-video,ppo-dataset``).
+PPO = ("ppo", "ppo-video", "ppo-dataset")
 BASE = {
     "shm-video": "shm",
     "sb3-video-shm": "shm",
     "sb3-video-subproc": "subproc",
     "shm-dataset": "shm-raw",
     "minari": "shm-raw",
+    "ppo-video": "ppo",
+    "ppo-dataset": "ppo",
 }
 
 
@@ -72,10 +86,56 @@ def tree_cpu() -> float:
     return total
 
 
-def run(config: str, steps: int, every: int, length: int, work: str) -> tuple[float, float]:
+def learn(config: str, steps: int, every: int, length: int, work: str) -> tuple[float, float, float]:
+    """PPO in the loop: SB3's PPO (CnnPolicy, rl-zoo3's Atari hyperparameters, seed 0) learning for
+    ``steps`` vector steps on the recipe, without or with a recording: env steps/s and CPU µs per
+    env step over ``learn()`` (the dataset's finish included), and the mean return of the last 100
+    episodes (the same in every configuration: recording changes nothing the agent sees)."""
+    import ale_py
+    import gymnasium as gym
+    import torch
+    from stable_baselines3 import PPO as SB3PPO
+    from stable_baselines3.common.env_util import make_atari_env
+
+    from shmvec import ShmVecEnv
+    from shmvec.bench.train import ATARI_PPO
+
+    gym.register_envs(ale_py)
+    torch.manual_seed(0)
+    os.environ["MINARI_DATASETS_PATH"] = work
+    venv: Any = make_atari_env(
+        GAME, n_envs=N, seed=0, env_kwargs={"render_mode": "rgb_array"}, vec_env_cls=ShmVecEnv,
+        vec_env_kwargs={"start_method": "fork", "frame_stack": 4},
+    )  # fmt: skip
+    recording: Any = None
+    if config == "ppo-video":
+        from shmvec.recording import VecVideoRecorder
+
+        venv = VecVideoRecorder(venv, work, lambda step: step % every == 0, video_length=length, env_ids=[0])
+    elif config == "ppo-dataset":
+        from shmvec.recording import record_dataset
+
+        recording = record_dataset(venv, "bench/ppo-v0")
+    model = SB3PPO("CnnPolicy", venv, seed=0, device="cpu", **ATARI_PPO)
+    cpu, start = tree_cpu(), time.perf_counter()
+    model.learn(total_timesteps=steps * N)
+    if recording is not None:
+        recording.finish()
+    elapsed, cpu = time.perf_counter() - start, tree_cpu() - cpu
+    returns = [info["r"] for info in model.ep_info_buffer]
+    venv.close()
+    if config == "ppo-video" and len(venv.recorder.written) < 1:
+        sys.exit(f"ppo-video: no clip written whole ({venv.recorder.incomplete})")
+    done = model.num_timesteps
+    return done / elapsed, cpu / done * 1e6, sum(returns) / max(len(returns), 1)
+
+
+def run(config: str, steps: int, every: int, length: int, work: str) -> tuple[float, ...]:
     """Env steps/s of one configuration (in this interpreter), and the CPU µs per env step of its
     process tree (less sensitive than throughput to what else runs on the machine); videos and
     datasets go to ``work``."""
+    if config in PPO:
+        return learn(config, steps, every, length, work)
     import ale_py
     import gymnasium as gym
     import numpy as np
@@ -148,7 +208,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--configs", default=",".join(CONFIGS), help=f"of {', '.join(CONFIGS)}")
+    default = ",".join(c for c in CONFIGS if c not in PPO)
+    parser.add_argument("--configs", default=default, help=f"of {', '.join(CONFIGS)} (default: all but ppo*)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=10_000, help="vector steps per run (default 10,000)")
     parser.add_argument("--every", type=int, default=10_000, help="a clip every this many steps")
@@ -170,6 +231,7 @@ def main() -> None:
     samples: dict[str, list[float]] = {c: [] for c in configs}
     cpus: dict[str, list[float]] = {c: [] for c in configs}
     trips: list[float] = []
+    returns: dict[str, list[float]] = {}  # PPO's, per round
     for r in range(args.rounds):
         trips.append(host.wake_up_us())  # the host's, beside the ratios
         print(f"round {r + 1}: {host.describe(trips[-1])}", flush=True)
@@ -177,11 +239,14 @@ def main() -> None:
             cmd = [sys.executable, __file__, "--one", config, "--steps", str(args.steps)]
             cmd += ["--every", str(args.every), "--length", str(args.length)]
             out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-            rate, cpu = json.loads(out.strip().splitlines()[-1])
+            rate, cpu, *ret = json.loads(out.strip().splitlines()[-1])
             samples[config].append(rate)
             cpus[config].append(cpu)
+            if ret:
+                returns.setdefault(config, []).extend(ret)
+            said = f", mean return {ret[0]:.2f}" if ret else ""
             print(
-                f"round {r + 1}: {config:18s} {rate:8.0f} env steps/s {cpu:7.1f} µs CPU per env step",
+                f"round {r + 1}: {config:18s} {rate:8.0f} env steps/s {cpu:7.1f} µs CPU per env step{said}",
                 flush=True,
             )
     print(f"\n{GAME}, n={N}, {args.steps} steps per run, clip of {args.length} every {args.every}")
@@ -201,11 +266,21 @@ def main() -> None:
         if base in cpus:
             ratios = [a / b for a, b in zip(c, cpus[base])]
             line += f" = {statistics.median(ratios):.3f}x ({min(ratios):.3f}-{max(ratios):.3f})"
+        if config in returns:
+            line += f"; mean return {', '.join(f'{x:.2f}' for x in returns[config])}"
         print(line + f"   [{CONFIGS[config]}]")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(
-                {"args": vars(args), "samples": samples, "cpu_us": cpus, "round_trip_us": trips}, f, indent=1
+                {
+                    "args": vars(args),
+                    "samples": samples,
+                    "cpu_us": cpus,
+                    "returns": returns,
+                    "round_trip_us": trips,
+                },
+                f,
+                indent=1,
             )
 
 

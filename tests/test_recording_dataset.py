@@ -89,17 +89,19 @@ def assert_same_episode(got, want) -> None:
     "make, options",
     [
         pytest.param(paint, {}, id="box"),
+        pytest.param(paint, {"depth": 5}, id="box-shallow-tape"),  # blocks that wrap around the tape
         pytest.param(dict_image, {}, id="dict", marks=pytest.mark.slow),
         pytest.param(paint, {"frame_stack": 4}, id="frame-stack", marks=pytest.mark.slow),
     ],
 )
 def test_dataset_equals_minari_data_collectors(make, options, no_leaks):
     n, steps = 3, 50
+    depth = options.pop("depth", 256)
     venv = ShmVecEnv([make] * n, n_workers=2, **options)
     space = venv.action_space
     space.seed(0)
     actions = [np.array([space.sample() for _ in range(n)]) for _ in range(steps)]
-    with record_dataset(venv, "test/shmvec-v0", author="shmvec") as recording:
+    with record_dataset(venv, "test/shmvec-v0", author="shmvec", depth=depth) as recording:
         venv.seed(20)
         venv.reset()
         for batch in actions:
@@ -111,17 +113,28 @@ def test_dataset_equals_minari_data_collectors(make, options, no_leaks):
     assert ours.storage.metadata["author"] == {"shmvec"}
     mine = by_env(ours)
     reference = stacked_paint if options else make
+    cut_at_the_end = 0
     for i in range(n):
-        theirs = list(
-            collect(reference, 20 + i, [a[i] for a in actions], f"test/ref{i}-v0").iterate_episodes()
-        )
-        # DataCollector ends the episode still running at the end as truncated; a recording drops it.
-        assert len(mine[i]) >= 3 and len(theirs) - len(mine[i]) in (0, 1)
-        if len(theirs) > len(mine[i]):
-            assert theirs[-1].truncations[-1] and not theirs[-1].terminations[-1]
-        for (got, _meta), want in zip(mine[i], theirs):
+        dataset = collect(reference, 20 + i, [a[i] for a in actions], f"test/ref{i}-v0")
+        theirs = list(dataset.iterate_episodes())
+        their_meta = dataset.storage.get_episode_metadata(range(dataset.total_episodes))
+        # The episode still running at the end: DataCollector writes it truncated, and so must we.
+        assert len(mine[i]) == len(theirs) >= 3
+        cut_at_the_end += bool(theirs[-1].truncations[-1] and not theirs[-1].terminations[-1])
+        for (got, meta), want, want_meta in zip(mine[i], theirs, their_meta):
             assert_same_episode(got, want)
+            for key in (
+                "total_steps",
+                "rewards_sum",
+                "rewards_mean",
+                "rewards_std",
+                "rewards_max",
+                "rewards_min",
+            ):
+                assert meta[key] == want_meta[key], key
         assert mine[i][0][1]["seed"] == 20 + i and "seed" not in mine[i][1][1]
+    assert cut_at_the_end >= 1  # the seeds give the case this test is for
+    assert recording.stats["episodes"] == ours.total_episodes == sum(len(e) for e in mine.values())
 
 
 @pytest.mark.slow
@@ -186,6 +199,25 @@ def test_unsupported_spaces_closed_env_and_existing_ids_are_refused_in_one_line(
     stacked.close()
     with pytest.raises(ClosedError):
         record_dataset(stacked, "test/other-v0")
+
+
+def test_storage_minari_refuses_is_said_at_the_start_and_training_goes_on(datasets, no_leaks):
+    venv = ShmVecEnv([paint] * 2)
+    with pytest.raises(RuntimeError, match="could not start.*bogus"):
+        record_dataset(venv, "test/refused-v0", data_format="bogus")
+    venv.reset()
+    venv.step(np.ones(2, np.int64))  # the workers record nothing: no tape to wait on
+    venv.close()
+    assert not datasets.exists() or not any(datasets.iterdir())  # no storage left behind
+
+
+def test_a_recording_without_steps_is_an_empty_dataset_as_data_collectors(no_leaks):
+    venv = ShmVecEnv([paint] * 2)
+    with record_dataset(venv, "test/empty-v0") as recording:
+        venv.reset()  # resets, no step: no episode
+    venv.close()
+    assert recording.path is not None and recording.stats["episodes"] == 0
+    assert minari.load_dataset("test/empty-v0").total_episodes == 0
 
 
 class GrayEnv(gym.Env):

@@ -26,6 +26,9 @@ from shmvec.wire import messages as m
 DEPTH = 256
 #: How long (s) finishing waits for the side process to write what is left.
 FINISH_S = 600.0
+#: How long (s) starting waits for the side process (a fresh interpreter importing minari, h5py)
+#: to have created the dataset's storage.
+START_S = 120.0
 
 
 def check_spaces(observation_space: spaces.Space, action_space: spaces.Space, jpeg: bool) -> None:
@@ -71,6 +74,8 @@ class DatasetRecording:
         ``code_permalink``, ``description``, ``eval_env``, ``ref_min_score``, ``ref_max_score``,
         ``requirements``), as ``DataCollector.create_dataset`` takes them.
     :raises UnsupportedSpaceError: for observation or action spaces it cannot hold.
+    :raises RuntimeError: when the side process could not create the dataset's storage (Minari
+        refused it; the message says why); nothing is recorded and nothing is left behind.
     """
 
     def __init__(
@@ -132,6 +137,16 @@ class DatasetRecording:
         try:
             self.process.start()
             child.close()
+            # Minari refusing the spaces or the folder is said here, before any step is recorded;
+            # and the side process's start-up (its imports) is over before the first step.
+            try:
+                ready = (
+                    tuple(self._conn.recv()) if self._conn.poll(START_S) else ("failed", "no reply in time")
+                )
+            except (EOFError, OSError):
+                ready = ("failed", f"the side process died (exit code {self.process.exitcode})")
+            if ready[0] != "ready":
+                raise RuntimeError(f"the dataset recording could not start: {ready[1]}")
             self.order = m.RecordSteps(self.tape.spec)
             engine.record((*engine.recording, self.order))
         except BaseException:

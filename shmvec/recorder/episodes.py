@@ -2,9 +2,12 @@
 (:class:`~shmvec.worker.taps.StepTap`), puts whole episodes together and writes them into a Minari
 dataset with the ``minari`` package, as Minari's ``DataCollector`` writes them.
 
-An episode is written once it has ended (terminated or truncated). A reset while an env's episode
-is open (an explicit ``reset()``, restart mode rebuilding a worker, records dropped because the tape
-stayed full) means that episode is torn: it is dropped and counted, never written as if complete.
+An episode is written once it has ended (terminated or truncated). The episode an env is in when the
+recording finishes is written too, truncated at its last step, as ``DataCollector.create_dataset``
+writes it (an offline-RL user gets every step recorded, and the flag says it did not end). A reset
+while an env's episode is open (an explicit ``reset()``, restart mode rebuilding a worker) and
+records dropped because the tape stayed full mean that episode is torn: it is dropped and counted,
+never written as if complete.
 The dataset is built in a temporary folder under Minari's datasets folder and moved to its place only
 when the recording finishes, so no partial dataset is ever found under the dataset's id.
 
@@ -72,49 +75,65 @@ class Episodes:
         self.dropped = 0
 
     def drain(self) -> bool:
-        """Read every record the tape holds; whether there were any."""
+        """Read every record the tape holds; whether there were any. Each row's records are copied
+        out in blocks (one array copy per field, not one per record) before the reader frees them."""
         tape, moved = self.tape, False
         for row in range(len(tape.spec.env_ids)):
-            while tape.tail[row] < tape.head[row]:
-                self._read(row, tape.tail[row])
-                tape.tail[row] = tape.tail[row] + 1
+            tail, head = tape.tail[row], tape.head[row]
+            while tail < head:
+                start = tail % tape.depth
+                stop = min(start + head - tail, tape.depth)
+                self._read(row, start, stop)
+                tail += stop - start
+                tape.tail[row] = tail
                 moved = True
         return moved
 
-    def _read(self, row: int, index: int) -> None:
+    def _read(self, row: int, start: int, stop: int) -> None:
+        """Records ``start:stop`` (slots) of row ``row`` join their episodes."""
         tape = self.tape
-        slot = index % tape.depth
-        mark, step = int(tape.mark[row, slot]), int(tape.step[row, slot])
-        self.latest[row] = step
-        obs = [np.array(tape.record(f"obs{j}", row, index)) for j in range(self.n_obs)]
-        episode = self.open[row]
-        if mark in (RESET, RESET_SEEDED):
-            if episode is not None and episode["rewards"]:
-                self.dropped += 1  # torn: reset before it ended
-            seed = int(tape.record("seed", row, index)) if mark == RESET_SEEDED else None
-            self.open[row] = {
-                "obs": [obs],
-                "actions": [],
-                "rewards": [],
-                "term": [],
-                "trunc": [],
-                "seed": seed,
-            }
-            return
-        assert mark == STEP
-        if episode is None:
-            return  # the recording started during this episode: it begins at the next reset
-        episode["obs"].append(obs)
-        episode["actions"].append(np.array(tape.record("action", row, index)))
-        episode["rewards"].append(float(tape.record("reward", row, index)))
-        terminated, truncated = (
-            bool(tape.record("terminated", row, index)),
-            bool(tape.record("truncated", row, index)),
+        where = (row, slice(start, stop))
+        block = _Block(
+            [np.array(tape.views[f"obs{j}"][where]) for j in range(self.n_obs)],
+            np.array(tape.views["action"][where]),
+            tape.views["reward"][where].tolist(),
+            tape.views["terminated"][where].tolist(),
+            tape.views["truncated"][where].tolist(),
+            tape.mark[where].tolist(),
         )
-        episode["term"].append(terminated)
-        episode["trunc"].append(truncated)
-        if terminated or truncated:
-            self.done.append((step, tape.spec.env_ids[row], episode))
+        steps, seeds = tape.step[where].tolist(), tape.views["seed"][where].tolist()
+        self.latest[row] = steps[-1]
+        env = tape.spec.env_ids[row]
+        episode, first = self.open[row], 0  # the open episode holds records first:k of the block
+        for k, mark in enumerate(block.marks):
+            if mark == STEP:
+                if episode is None:
+                    first = k + 1  # the recording started during this episode: it begins at the next reset
+                elif block.terms[k] or block.truncs[k]:
+                    block.join(episode, first, k + 1)
+                    self.done.append((steps[k], env, episode))
+                    episode, first = None, k + 1
+                continue
+            assert mark in (RESET, RESET_SEEDED)
+            if episode is not None and (episode["rewards"] or STEP in block.marks[first:k]):
+                self.dropped += 1  # torn: reset before it ended
+            seed = seeds[k] if mark == RESET_SEEDED else None
+            episode, first = _new_episode(self.n_obs, seed), k
+        if episode is not None:
+            block.join(episode, first, len(block.marks))
+        self.open[row] = episode
+
+    def truncate_open(self) -> None:
+        """The recording finishes: each env's open episode that has steps ends here, truncated (an
+        env whose writer stopped, :meth:`cut_off`, keeps its last episode dropped: records of it are
+        missing)."""
+        cut = set(self.cut_off())
+        for row, episode in self.open.items():
+            env = self.tape.spec.env_ids[row]
+            if episode is None or not episode["rewards"] or env in cut:
+                continue
+            episode["trunc"][-1] = True
+            self.done.append((self.latest[row], env, episode))
             self.open[row] = None
 
     def cut_off(self) -> list[int]:
@@ -129,21 +148,61 @@ class Episodes:
         self.done = [e for e in self.done if e[0] > mark]
         return [(env, episode) for _, env, episode in now]
 
-    def buffer(self, episode: dict[str, Any], episode_id: int) -> Any:
-        """Minari's ``EpisodeBuffer`` of an episode."""
+    def leaves(self, episode: dict[str, Any]) -> list[np.ndarray]:
+        """An episode's observation leaves, one array each (its steps along the first axis)."""
+        return [np.concatenate(pieces) for pieces in episode["obs"]]
+
+    def buffer(self, episode: dict[str, Any], episode_id: int, leaves: list[np.ndarray]) -> Any:
+        """Minari's ``EpisodeBuffer`` of an episode whose observation leaves are ``leaves``."""
         from minari.data_collector.episode_buffer import EpisodeBuffer
 
-        space = self.settings.observation_space
-        leaves = [np.stack([o[j] for o in episode["obs"]]) for j in range(self.n_obs)]
         return EpisodeBuffer(
             id=episode_id,
             seed=episode["seed"],
-            observations=assemble(space, leaves),
-            actions=np.stack(episode["actions"]),
+            observations=assemble(self.settings.observation_space, leaves),
+            actions=np.concatenate(episode["actions"]),
             rewards=episode["rewards"],
             terminations=episode["term"],
             truncations=episode["trunc"],
         )
+
+
+def _new_episode(n_obs: int, seed: int | None) -> dict[str, Any]:
+    """An open episode: per observation leaf its pieces (array blocks), action pieces, and lists."""
+    return {
+        "obs": [[] for _ in range(n_obs)],
+        "actions": [],
+        "rewards": [],
+        "term": [],
+        "trunc": [],
+        "seed": seed,
+    }
+
+
+@dataclass
+class _Block:
+    """Records copied out of a tape row: the observation leaves and actions as arrays, the rest as
+    lists."""
+
+    obs: list[np.ndarray]
+    actions: np.ndarray
+    rewards: list[float]
+    terms: list[bool]
+    truncs: list[bool]
+    marks: list[int]
+
+    def join(self, episode: dict[str, Any], first: int, stop: int) -> None:
+        """Records ``first:stop`` join ``episode`` (record ``first`` may be its reset: an
+        observation without a step)."""
+        if first >= stop:
+            return
+        for pieces, leaf in zip(episode["obs"], self.obs):
+            pieces.append(leaf[first:stop])
+        first += self.marks[first] != STEP
+        episode["actions"].append(self.actions[first:stop])
+        episode["rewards"] += self.rewards[first:stop]
+        episode["term"] += self.terms[first:stop]
+        episode["trunc"] += self.truncs[first:stop]
 
 
 def fidelity(storage: Any, kept: dict[int, list[np.ndarray]], jpeg: bool, n_obs: int) -> dict[str, Any]:
@@ -154,9 +213,13 @@ def fidelity(storage: Any, kept: dict[int, list[np.ndarray]], jpeg: bool, n_obs:
     from shmvec.memory.layout import flatten
 
     worst, total, count, squared = 0.0, 0.0, 0, 0.0
-    for episode in storage.get_episodes(sorted(kept)):
+    # Nothing written, nothing to read back (the storage has no episode file yet to open).
+    for episode in storage.get_episodes(sorted(kept)) if kept else ():
         got = flatten(storage.observation_space, episode["observations"], [])
         for a, b in zip(got, kept[int(episode["id"])]):
+            if np.shape(a) == np.shape(b) and np.array_equal(a, b):
+                count += np.size(b)  # equal: no error to add (and no float64 copies of the frames)
+                continue
             diff = np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))
             worst = max(worst, float(diff.max(initial=0.0)))
             total += float(diff.sum())
@@ -175,15 +238,16 @@ def fidelity(storage: Any, kept: dict[int, list[np.ndarray]], jpeg: bool, n_obs:
 
 
 def write(conn: Connection, spec: Any, settings: Settings, tmp: str) -> None:
-    """The side process: write the tape's episodes into the folder ``tmp`` until told to finish,
-    then finish the dataset. Replies ``("done", path, stats)`` or ``("failed", message)``; on
+    """The side process: create the storage in the folder ``tmp`` and reply ``("ready",)``, write
+    the tape's episodes there until told to finish, then finish the dataset. Replies ``("done",
+    path, stats)`` or ``("failed", message)`` (also in place of ``"ready"``); on
     failure the main process removes ``tmp`` (this process may die writing: HDF5 on a full disk)."""
     from minari.data_collector.callbacks import EpisodeMetadataCallback
     from minari.dataset.minari_storage import MinariStorage
     from minari.utils import _generate_dataset_metadata, _generate_dataset_path
 
     tape = Tape.attach(spec)
-    finishing = False
+    finishing = started = False
     final: str | None = None
     try:
         storage = MinariStorage.new(
@@ -191,17 +255,29 @@ def write(conn: Connection, spec: Any, settings: Settings, tmp: str) -> None:
             settings.data_format, jpeg_encoding=settings.jpeg,
         )  # fmt: skip
         episodes = Episodes(tape, settings)
+        conn.send(("ready",))  # the storage exists: the main process may have the workers record
+        started = True
         kept: dict[int, list[np.ndarray]] = {}
-        written = 0
+        callback = EpisodeMetadataCallback()
+        # Each episode's metadata, written once at the end: DataCollector's callback applied to the
+        # rewards as written (float64, as the storage gives them back), without reading every
+        # episode back from disk as ``storage.apply`` does.
+        episode_metadata: list[dict[str, Any]] = []
         while True:
             moved = episodes.drain()
+            if finishing:
+                episodes.truncate_open()
+            buffers = []
             for env, episode in episodes.ready(finishing):
-                buffer = episodes.buffer(episode, written)
-                storage.update_episodes([buffer])
+                written = len(episode_metadata)
+                leaves = episodes.leaves(episode)
+                buffers.append(episodes.buffer(episode, written, leaves))
                 if len(kept) < CHECKED_EPISODES:
-                    kept[written] = [np.stack([o[j] for o in episode["obs"]]) for j in range(episodes.n_obs)]
-                storage.update_episode_metadata([{"shmvec_env": env}], [written])
-                written += 1
+                    kept[written] = leaves
+                rewards = np.asarray(episode["rewards"], np.float64)
+                episode_metadata.append({"shmvec_env": env, **callback({"rewards": rewards})})
+            if buffers:
+                storage.update_episodes(buffers)
             if finishing:
                 break
             if conn.poll(0 if moved else _POLL_S):
@@ -219,18 +295,21 @@ def write(conn: Connection, spec: Any, settings: Settings, tmp: str) -> None:
         metadata["shmvec_envs_cut_off"] = episodes.cut_off()
         metadata["shmvec_envs"] = list(spec.env_ids)
         storage.update_metadata(metadata)
-        callback = EpisodeMetadataCallback()
-        storage.update_episode_metadata(storage.apply(callback))
+        storage.update_episode_metadata(episode_metadata, range(len(episode_metadata)))
         final = str(_generate_dataset_path(settings.dataset_id))
         for name in os.listdir(tmp):
             shutil.move(os.path.join(tmp, name), os.path.join(final, name))
-        stats = {"episodes": written, "dropped": episodes.dropped, "envs_cut_off": episodes.cut_off()}
+        stats = {
+            "episodes": len(episode_metadata),
+            "dropped": episodes.dropped,
+            "envs_cut_off": episodes.cut_off(),
+        }
         conn.send(("done", os.path.dirname(final), stats))
     except BaseException as exc:  # noqa: BLE001 - a full disk, Minari refusing: said once, training goes on
         if final is not None:
             shutil.rmtree(os.path.dirname(final), ignore_errors=True)
         shutil.rmtree(tmp, ignore_errors=True)
-        if not finishing:
+        if started and not finishing:
             _discard_until_finish(tape, conn)  # the workers must not wait on a full tape meanwhile
         conn.send(("failed", f"{type(exc).__name__}: {exc}"))
     finally:

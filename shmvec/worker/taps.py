@@ -194,7 +194,12 @@ class StepTap:
         self.rows = {
             env - first_env: row for env, row in tape.rows.items() if first_env <= env < first_env + n_envs
         }
-        self.n_obs = sum(1 for name in tape.spec.record_fields() if name.startswith("obs"))
+        n_obs = sum(1 for name in tape.spec.record_fields() if name.startswith("obs"))
+        # Per row, each record array's views over its slots, taken once: a step writes each
+        # field with one index (no name lookup, no view made per field per step).
+        names = [f"obs{j}" for j in range(n_obs)]
+        names += ["action", "reward", "terminated", "truncated", "seed"]
+        self.columns = {r: [tape.views[name][r] for name in names] for r in self.rows.values()}
         self.gap = dict.fromkeys(self.rows.values(), False)  # records dropped since the last reset
         self.off = dict.fromkeys(self.rows.values(), False)  # the reader left it full: no more records
         # Go on from the stamps a worker before this one (restart mode) left.
@@ -234,19 +239,21 @@ class StepTap:
             self.gap[row] = self.off[row] = True
             tape.want[row] = -1
             return
-        head = tape.head[row]
-        for j in range(self.n_obs):
-            tape.record(f"obs{j}", row, head)[...] = obs[j]
+        slot = tape.head[row] % tape.depth
+        *leaves, actions, rewards, terms, truncs, seeds = self.columns[row]
+        for column, value in zip(leaves, obs):
+            column[slot] = value
         if action is not None:
-            tape.record("action", row, head)[...] = action
-        tape.record("reward", row, head)[...] = reward
-        tape.record("terminated", row, head)[...] = terminated
-        tape.record("truncated", row, head)[...] = truncated
-        tape.record("seed", row, head)[...] = 0 if seed is None else seed
+            actions[slot] = action
+        rewards[slot] = reward
+        terms[slot] = terminated
+        truncs[slot] = truncated
+        seeds[slot] = 0 if seed is None else seed
         tape.commit(row, mark, self.steps[row])
         self.steps[row] += 1
 
     def close(self) -> None:
+        self.columns = {}  # views of the segment: it is unmapped once none is left
         self.tape.close()
 
 
