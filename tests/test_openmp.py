@@ -219,8 +219,8 @@ print(json.dumps(dict(idles=idles, floor=pauser._floor, idle_after=pauser.idle()
 
 @pytest.mark.parametrize("policy_works", [True, False])
 def test_start_makes_only_a_pool_the_policy_makes_again(tmp_path, policy_works):
-    """A pool made once by something else than the policy (a model's initialisation, a library's
-    copies; random actions after) is not started after every step, where its threads would spin on
+    """A pool made once by something else than the policy (a network's initialisation, random
+    actions after) is not started after every step, where its threads would spin on
     the workers' cores: once the policy has not made it again, steps are idle. A policy whose forward
     pass makes it again gets it started after each step but one in RECHECK, left to the policy to
     look again."""

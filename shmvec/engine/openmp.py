@@ -132,7 +132,8 @@ class OpenMPPauser:
         surely left (see :meth:`start`); a pool that starts later adds threads. One idle step in
         :attr:`RECHECK` says False all the same, so that a pause looks again: a pool
         whose threads had not yet left when it was judged gone (a very short env phase) would
-        otherwise keep the same count and never be paused again."""
+        otherwise keep the same count and never be paused again. After a pool :meth:`start` left
+        to the policy, the count says whether the policy made it again (see :meth:`start`)."""
         if self._left:  # a pool start() left to the policy: whether its regions made it again
             self._count = count = _thread_count()
             self._remakes = count > self._left
@@ -181,8 +182,8 @@ class OpenMPPauser:
 
         Only where the policy's own regions have been seen to make an ended pool again: the first
         ended pool, and one in :attr:`RECHECK` after, is left to the policy, and :meth:`idle` looks
-        at the next step whether it was made. A pool made by something else than the policy (a
-        model's initialisation, a library's tensor copies) would otherwise be started after every
+        at the next step whether it was made. A pool made once by something else than the policy (a
+        network's initialisation, with random actions after) would otherwise be started after every
         step for nothing, its threads spinning on the workers' cores: in Tianshou's Collector with
         random actions on 2 cores that cost the main process 957 µs of CPU per env step against 96
         without pausing, 2.7x fewer env steps per second (``benchmarks/tianshou_loop.py``).
