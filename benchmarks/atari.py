@@ -36,13 +36,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import time
 from typing import Any
 
 import numpy as np
-from policy_loop import config_list  # benchmarks/ is the script's path
+from policy_loop import config_list, run_fresh  # benchmarks/ is the script's path
 
 CONFIGS = (
     "ale-vec",
@@ -214,13 +213,11 @@ def main() -> None:
     wake_up_us = host.wake_up_us()
     for r in range(args.rounds):
         for table in tables:
-            for config in configs:
+            # each round in another order, as policy_loop.interleaved runs them
+            for config in [*configs[r % len(configs) :], *configs[: r % len(configs)]]:
                 one = json.dumps([config, table["game"], table["n"]])
                 argv = ["--one", one, "--seconds", str(args.seconds), "--warm-up", str(args.warm_up)]
-                done = subprocess.run([sys.executable, __file__, *argv], capture_output=True, text=True)
-                if done.returncode != 0:
-                    raise SystemExit(f"{one} failed:\n{done.stderr[-3000:]}")
-                table["rows"][config].append(json.loads(done.stdout.strip().splitlines()[-1]))
+                table["rows"][config].append(run_fresh(__file__, argv))
         print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
     result = {
         "started": started,
