@@ -48,12 +48,15 @@ def stacked_paint() -> gym.Env:
     return FrameStack(PaintEnv(), 4)
 
 
-def collect(make, seed: int, actions: list, dataset_id: str, jpeg: bool = False):
+def collect(make, seed: int, actions: list, dataset_id: str, jpeg: bool = False, reset_at: int | None = None):
     """Minari's DataCollector over one env: reset with ``seed``, then ``actions``, resetting (without
-    a seed, as a vector env's autoreset) when an episode ends; the dataset."""
+    a seed, as a vector env's autoreset) when an episode ends, and before action ``reset_at``; the
+    dataset."""
     env = minari.DataCollector(make(), jpeg_encoding=jpeg)
     env.reset(seed=seed)
-    for action in actions:
+    for t, action in enumerate(actions):
+        if t == reset_at:
+            env.reset(options={"minari_autoseed": False})
         _, _, terminated, truncated, _ = env.step(action)
         if terminated or truncated:
             env.reset(options={"minari_autoseed": False})
@@ -90,6 +93,8 @@ def assert_same_episode(got, want) -> None:
     [
         pytest.param(paint, {}, id="box"),
         pytest.param(paint, {"depth": 5}, id="box-shallow-tape"),  # blocks that wrap around the tape
+        # reset() cuts the episodes short: DataCollector writes them truncated, and so must we
+        pytest.param(paint, {"reset_at": 23}, id="box-reset-midway"),
         pytest.param(dict_image, {}, id="dict", marks=pytest.mark.slow),
         pytest.param(paint, {"frame_stack": 4}, id="frame-stack", marks=pytest.mark.slow),
     ],
@@ -97,6 +102,7 @@ def assert_same_episode(got, want) -> None:
 def test_dataset_equals_minari_data_collectors(make, options, no_leaks):
     n, steps = 3, 50
     depth = options.pop("depth", 256)
+    reset_at = options.pop("reset_at", None)
     venv = ShmVecEnv([make] * n, n_workers=2, **options)
     space = venv.action_space
     space.seed(0)
@@ -104,7 +110,9 @@ def test_dataset_equals_minari_data_collectors(make, options, no_leaks):
     with record_dataset(venv, "test/shmvec-v0", author="shmvec", depth=depth) as recording:
         venv.seed(20)
         venv.reset()
-        for batch in actions:
+        for t, batch in enumerate(actions):
+            if t == reset_at:
+                venv.reset()
             venv.step(batch)
     venv.close()
     assert recording.path is not None and recording.stats["dropped"] == 0
@@ -115,7 +123,7 @@ def test_dataset_equals_minari_data_collectors(make, options, no_leaks):
     reference = stacked_paint if options else make
     cut_at_the_end = 0
     for i in range(n):
-        dataset = collect(reference, 20 + i, [a[i] for a in actions], f"test/ref{i}-v0")
+        dataset = collect(reference, 20 + i, [a[i] for a in actions], f"test/ref{i}-v0", reset_at=reset_at)
         theirs = list(dataset.iterate_episodes())
         their_meta = dataset.storage.get_episode_metadata(range(dataset.total_episodes))
         # The episode still running at the end: DataCollector writes it truncated, and so must we.

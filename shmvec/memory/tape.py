@@ -154,8 +154,11 @@ class Tape:
 
 # What a record's mark means. A video tape: a frame of clip ``tag`` (> 0); ``-tag``: clip ``tag``
 # ends here (no frame); ``cut(tag)``: clip ``tag`` ends here, cut short (a frame could not be
-# captured, or the tape stayed full). A step tape: a step, or the reset that starts an episode.
+# captured, or the tape stayed full). A step tape: a step, or the reset that starts an episode;
+# ``| EXPLICIT`` on a reset: the env's ``reset()`` was asked for (not an autoreset) by a worker that
+# had written records of that env already, so an episode it cuts short ends there, truncated.
 STEP, RESET, RESET_SEEDED = 0, 1, 2
+EXPLICIT = 4
 _CUT = 1 << 40
 
 

@@ -4,10 +4,11 @@ dataset with the ``minari`` package, as Minari's ``DataCollector`` writes them.
 
 An episode is written once it has ended (terminated or truncated). The episode an env is in when the
 recording finishes is written too, truncated at its last step, as ``DataCollector.create_dataset``
-writes it (an offline-RL user gets every step recorded, and the flag says it did not end). A reset
-while an env's episode is open (an explicit ``reset()``, restart mode rebuilding a worker) and
-records dropped because the tape stayed full mean that episode is torn: it is dropped and counted,
-never written as if complete.
+writes it (an offline-RL user gets every step recorded, and the flag says it did not end), and so
+is an episode that ``reset()`` cuts short, as DataCollector's ``reset`` writes it. Restart mode
+resetting an env whose worker died (its last records may be steps nobody received) and records
+dropped because the tape stayed full mean that episode is torn: it is dropped and counted, never
+written as if complete.
 The dataset is built in a temporary folder under Minari's datasets folder and moved to its place only
 when the recording finishes, so no partial dataset is ever found under the dataset's id.
 
@@ -26,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from shmvec.memory.layout import assemble
-from shmvec.memory.tape import RESET, RESET_SEEDED, STEP, Tape
+from shmvec.memory.tape import EXPLICIT, RESET, RESET_SEEDED, STEP, Tape
 
 _POLL_S = 0.005
 #: The descriptive metadata a recording takes, in the order Minari's metadata function takes them
@@ -114,10 +115,18 @@ class Episodes:
                     self.done.append((steps[k], env, episode))
                     episode, first = None, k + 1
                 continue
-            assert mark in (RESET, RESET_SEEDED)
+            kind = mark & ~EXPLICIT
+            assert kind in (RESET, RESET_SEEDED)
             if episode is not None and (episode["rewards"] or STEP in block.marks[first:k]):
-                self.dropped += 1  # torn: reset before it ended
-            seed = seeds[k] if mark == RESET_SEEDED else None
+                if mark & EXPLICIT:  # reset() before it ended: it ends here, as DataCollector ends it
+                    block.join(episode, first, k)
+                    episode["trunc"][-1] = True
+                    self.done.append((steps[k], env, episode))
+                else:
+                    # torn: restart mode reset it after its worker died (records of steps nobody
+                    # received may end it), or a reset() reached taps made anew since its start
+                    self.dropped += 1
+            seed = seeds[k] if kind == RESET_SEEDED else None
             episode, first = _new_episode(self.n_obs, seed), k
         if episode is not None:
             block.join(episode, first, len(block.marks))

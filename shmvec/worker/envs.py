@@ -297,7 +297,7 @@ class EnvGroup:
             if objects is not None:
                 objects[i] = [values[j] for j in self.objects]
             if self.taps is not None:
-                self.taps.reset(i, values, msg.seeds[i])
+                self.taps.reset(i, values, msg.seeds[i], explicit=True)
             infos.append(info)
         self.current = None
         return m.ResetDone(infos, objects)

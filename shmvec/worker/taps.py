@@ -27,7 +27,7 @@ from typing import Any
 import cloudpickle
 import numpy as np
 
-from shmvec.memory.tape import RESET, RESET_SEEDED, STEP, Tape, cut
+from shmvec.memory.tape import EXPLICIT, RESET, RESET_SEEDED, STEP, Tape, cut
 from shmvec.wire import messages as m
 
 #: How long (s) a writer waits for the reader to free a record of a full tape row.
@@ -182,7 +182,9 @@ class StepTap:
     """Every step and reset of the envs of a :class:`~shmvec.wire.messages.RecordSteps` order that
     are this worker's: records ``obs<j>`` (the fixed-size observation leaves), ``action``,
     ``reward``, ``terminated``, ``truncated`` and ``seed``, marked ``STEP`` (its observation: the
-    next one, the terminal one when the step ended the episode) or ``RESET`` / ``RESET_SEEDED``.
+    next one, the terminal one when the step ended the episode) or ``RESET`` / ``RESET_SEEDED``
+    (``| EXPLICIT`` for an asked-for reset once this tap has written records of the env: a rebuilt
+    worker's first reset is never one, so the episode a crash tore is dropped, not ended).
 
     :param order: the order.
     :param first_env: the worker's first env.
@@ -202,16 +204,19 @@ class StepTap:
         self.columns = {r: [tape.views[name][r] for name in names] for r in self.rows.values()}
         self.gap = dict.fromkeys(self.rows.values(), False)  # records dropped since the last reset
         self.off = dict.fromkeys(self.rows.values(), False)  # the reader left it full: no more records
+        self.wrote = dict.fromkeys(self.rows.values(), False)  # this tap has written records of it
         # Go on from the stamps a worker before this one (restart mode) left.
         self.steps = {r: int(tape.step[r, (tape.head[r] - 1) % tape.depth]) + 1 for r in self.rows.values()}
 
-    def reset(self, i: int, obs: list[Any], seed: int | None) -> None:
-        """Env ``i`` was reset to ``obs`` (its fixed-size leaves) with ``seed``."""
+    def reset(self, i: int, obs: list[Any], seed: int | None, explicit: bool = False) -> None:
+        """Env ``i`` was reset to ``obs`` (its fixed-size leaves) with ``seed``; ``explicit``: by
+        ``reset()``, not by an autoreset or restart mode."""
         row = self.rows.get(i)
         if row is None or self.off[row]:
             return
         self.gap[row] = False
-        self._put(row, obs, RESET if seed is None else RESET_SEEDED, seed=seed)
+        mark = RESET if seed is None else RESET_SEEDED
+        self._put(row, obs, mark | EXPLICIT if explicit and self.wrote[row] else mark, seed=seed)
 
     def stepped(
         self, i: int, action: Any, reward: float, terminated: bool, truncated: bool, obs: list[Any]
@@ -251,6 +256,7 @@ class StepTap:
         seeds[slot] = 0 if seed is None else seed
         tape.commit(row, mark, self.steps[row])
         self.steps[row] += 1
+        self.wrote[row] = True
 
     def close(self) -> None:
         self.columns = {}  # views of the segment: it is unmapped once none is left
@@ -294,12 +300,12 @@ class Taps:
             if final is not None:
                 step_tap.reset(i, obs, None)
 
-    def reset(self, i: int, obs: list[Any], seed: int | None) -> None:
-        """After env ``i``'s reset to ``obs`` with ``seed``."""
+    def reset(self, i: int, obs: list[Any], seed: int | None, explicit: bool = False) -> None:
+        """After env ``i``'s reset to ``obs`` with ``seed``; ``explicit``: asked for by ``reset()``."""
         for tap in self.frames:
             tap.reset(i)
         for step_tap in self.steps:
-            step_tap.reset(i, obs, seed)
+            step_tap.reset(i, obs, seed, explicit)
 
     def close(self) -> None:
         for tap in self.frames:
