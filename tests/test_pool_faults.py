@@ -83,7 +83,10 @@ def test_fault_in_restart_mode(no_leaks, fault, codec, order):
     )
     with closing(env):
         got = drive(env, 7)
-        assert env.n_restarts == 1
+        # The rebuilt env 3 fails again at its own third step (its result 7, then every 4th) when
+        # first_ready lets worker 1 run ahead while drive() waits for worker 0's envs: results past
+        # 7 belong to later restarts, each counted.
+        assert env.n_restarts == len(range(3, len(got[3]), 4)) >= 1
     check_trajectories(FAULTY, {i: got[i] for i in (0, 1)})
     reason = {"kill": "killed by signal SIGKILL", "raise": "simulated env failure", "hang": "did not answer"}[
         fault
@@ -96,7 +99,7 @@ def test_fault_in_restart_mode(no_leaks, fault, codec, order):
         assert_obs_equal(lost[0], results[2][0], f"env {i}: the last observation seen")
         assert lost[4][RESTARTED_KEY] and re.search(reason, lost[4][REASON_KEY])
         assert (results[4][1], results[4][3]) == (0.0, False)  # the reset step of the new episode
-        for r in results[:3] + results[4:]:
+        for r in results[:3] + results[4:7]:
             assert RESTARTED_KEY not in r[4]
 
 
