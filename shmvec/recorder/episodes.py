@@ -120,8 +120,7 @@ class Episodes:
             if episode is not None and (episode["rewards"] or STEP in block.marks[first:k]):
                 if mark & EXPLICIT:  # reset() before it ended: it ends here, as DataCollector ends it
                     block.join(episode, first, k)
-                    episode["trunc"][-1] = True
-                    self.done.append((steps[k], env, episode))
+                    self._cut_short(steps[k], env, episode)
                 else:
                     # torn: restart mode reset it after its worker died (records of steps nobody
                     # received may end it), or a reset() reached taps made anew since its start
@@ -141,9 +140,14 @@ class Episodes:
             env = self.tape.spec.env_ids[row]
             if episode is None or not episode["rewards"] or env in cut:
                 continue
-            episode["trunc"][-1] = True
-            self.done.append((self.latest[row], env, episode))
+            self._cut_short(self.latest[row], env, episode)
             self.open[row] = None
+
+    def _cut_short(self, stamp: int, env: int, episode: dict[str, Any]) -> None:
+        """``episode`` of ``env`` ends at step ``stamp`` without having ended: truncated at its last
+        step, as DataCollector marks one it writes before its end."""
+        episode["trunc"][-1] = True
+        self.done.append((stamp, env, episode))
 
     def cut_off(self) -> list[int]:
         """The envs whose writer stopped (the tape stayed full): their last episode was dropped."""
