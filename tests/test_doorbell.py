@@ -137,15 +137,41 @@ def test_replies_larger_than_a_pipe_during_a_synchronous_step(no_leaks):
     ref.close()
 
 
-@pytest.mark.parametrize("n", [1, 7, 8, 9, 16, 17, 20, 33, 64, 70])
+@pytest.mark.parametrize("n", [1, 2, 7, 8, 9, 16, 17, 20, 33, 64, 70])
 def test_leaders_and_their_followers_cover_every_worker_once(n):
     from shmvec.memory.doorbell import FAN_OUT_GROUP, followers, leaders
 
     first = leaders(n)
     woken = first + [v for w in first for v in followers(w, n)]
     assert sorted(woken) == list(range(n))
-    assert len(first) == (n if n <= FAN_OUT_GROUP else -(-n // FAN_OUT_GROUP))
+    # The main process wakes one worker per group, below FAN_OUT_GROUP workers too (see leaders()).
+    assert first == list(range(0, n, FAN_OUT_GROUP))
     assert all(not followers(v, n) for w in first for v in followers(w, n))  # one level only
+
+
+@pytest.mark.parametrize("n", [1, 2, 8, 9, 20])
+def test_the_caller_chooses_who_wakes_a_synchronous_step_up_to_a_group(n, monkeypatch):
+    """Up to FAN_OUT_GROUP workers, step_all(fan_out=False) wakes every worker in one call and flags
+    no leader; fan_out=True (what the engine asks when it ended no OpenMP pool) wakes worker 0
+    alone, flagged to wake the rest. Beyond a group, leaders only either way."""
+    from shmvec.memory import doorbell
+    from shmvec.memory.ring import bell_words
+
+    woken: list[int] = []
+    monkeypatch.setattr(doorbell, "_wake", lambda addr, bits: woken.append(bits))
+    words = (np.zeros(bell_words(n), np.uint32), np.zeros((n, 4), np.uint32), np.zeros((n, 4), np.uint32))
+    bell = doorbell.MainBell(words)
+    every = sum(doorbell.worker_bit(w) for w in range(n)) if n < 32 else doorbell._ALL_BITS
+    for fan_out in (False, True, False):
+        bell.step_all(1, fan_out)
+        leaders_only = fan_out or n > doorbell.FAN_OUT_GROUP
+        flagged = np.flatnonzero(doorbell.FAN_OUT & words[1][:, doorbell.FLAGS]).tolist()
+        if leaders_only and n > 1:
+            assert woken[-1] == sum(doorbell.worker_bit(w) for w in doorbell.leaders(n))
+            assert flagged == [w for w in doorbell.leaders(n) if doorbell.followers(w, n)] and bell.fans_out
+        else:
+            assert woken[-1] == every and flagged == [] and not bell.fans_out
+    assert (words[1][:, doorbell.SEQ] == 3).all() and (words[1][:, doorbell.SLOT] == 1).all()
 
 
 def test_fanned_out_steps_equal_dummyvecenv(no_leaks):

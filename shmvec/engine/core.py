@@ -262,11 +262,13 @@ class Engine(EnvCalls, Resets):
                 return
         # Before sending: idle policy threads free the workers' cores when they need them, unless
         # the next batch can come from other envs and these step while the policy runs.
-        if self._openmp is not None:
-            self._openmp.before_step(len(flights.ready) + len(flights.busy) >= flights.per_batch)
+        paused = self._openmp is not None and self._openmp.before_step(
+            len(flights.ready) + len(flights.busy) >= flights.per_batch
+        )
         one = every and len(posted) == self.n_workers and not partial
+        # Worker 0 wakes the others unless a pool was just ended (measured: memory/doorbell.py).
         faults = self.transport.post(
-            range(self.n_workers) if one else posted, commands[0] if one else commands, partial
+            range(self.n_workers) if one else posted, commands[0] if one else commands, partial, not paused
         )
         flights.busy.update(zip(posted, commands))
         if faults:

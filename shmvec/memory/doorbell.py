@@ -15,10 +15,21 @@ batch at 64 workers. Now the commands of a batch are words in the ring:
 
 The main process writes the commands, bumps ``BELL`` and calls ``FUTEX_WAKE_BITSET`` once for all
 the workers it addressed (worker ``w`` waits with bit ``w % 32``, so a subset wakes only its own).
-The kernel wakes each sleeper in turn, ~1-2 µs each, on the caller's CPU: on a synchronous step of
-more than :data:`FAN_OUT_GROUP` workers the main process wakes only the first worker of each group
-of that many (its *leader*, flagged ``FAN_OUT``), which wakes the rest of its group before stepping
-its own envs, so the main process's cost stays ~1/8 of the workers'. A leader that died is covered by
+The kernel wakes each sleeper in turn, ~1-2 µs each, on the caller's CPU: on a synchronous step the
+main process wakes only the first worker of each group of :data:`FAN_OUT_GROUP` (its *leader*,
+flagged ``FAN_OUT``), which wakes the rest of its group before stepping its own envs, so the main
+process's cost stays ~1/8 of the workers'. Up to :data:`FAN_OUT_GROUP` workers the caller chooses
+(:meth:`MainBell.step_all`): the engine lets worker 0 wake the others when the main process ended
+no OpenMP pool for the step (a single-threaded loop between steps: Tianshou's Collector, a GPU
+policy), and wakes them all itself when it did (a CPU policy). Measured on the 2-core development
+VM, 8 preprocessed Breakout envs in 2 workers, random actions, 800 µs of single-threaded work in
+the main process between steps, fresh processes alternated (3 pairs): 2,122-2,273 env steps/s with
+the main process waking both workers, 2,985-3,168 with worker 0 waking worker 1 (the main process
+waking both in one call put both on one CPU at times, and the CPU it left when it went to sleep
+stayed idle for the step); with nothing between steps, 4,787-5,183 against 4,603-5,233. With SB3's
+Atari recipe and PPO's CnnPolicy in the loop (``benchmarks/against_commit.py --workloads
+atari-policy --rounds 7``), worker 0 waking worker 1 ran 0.962x (0.93-0.99 per round), hence the
+choice. A leader that died is covered by
 :meth:`MainBell.give_up_on`, one that is stopped or starved by the main process waking everyone
 once the step has taken 50 ms (:mod:`shmvec.transports.local`).
 A worker finishing a *counted* command (a batch posted while no other command was in flight: every
@@ -162,15 +173,15 @@ def _pending_words(workers: Iterable[int], n_words: int) -> list[int]:
 
 
 def leaders(n_workers: int) -> list[int]:
-    """The workers the main process wakes for a synchronous step of ``n_workers``: every one up to
-    :data:`FAN_OUT_GROUP` workers; beyond, the first of each group of that many, which wakes the
-    others of its group (:func:`followers`)."""
-    return list(range(n_workers)) if n_workers <= FAN_OUT_GROUP else list(range(0, n_workers, FAN_OUT_GROUP))
+    """The workers the main process wakes for a fanned-out synchronous step of ``n_workers``: the
+    first of each group of :data:`FAN_OUT_GROUP`, which wakes the others of its group
+    (:func:`followers`)."""
+    return list(range(0, n_workers, FAN_OUT_GROUP))
 
 
 def followers(w: int, n_workers: int) -> range:
     """The workers leader ``w`` wakes in a synchronous step (none for a worker that leads nothing)."""
-    if n_workers <= FAN_OUT_GROUP or w % FAN_OUT_GROUP:
+    if w % FAN_OUT_GROUP:
         return range(0)
     return range(w + 1, min(w + FAN_OUT_GROUP, n_workers))
 
@@ -190,16 +201,21 @@ class MainBell:
         self.pending = self.ctl[BITS : BITS + -(-n // 32)]  # one bit per worker of a counted batch
         self._all_pending = _pending_words(range(n), len(self.pending))
         self.counted = [False] * n  # per worker: whether its latest command is counted
-        self._stepping_all = False  # op, flags and counted hold a counted step of every worker
+        # op and counted hold a counted step of every worker, and flags this array (None: not)
+        self._stepping_all: np.ndarray | None = None
         self._bell_addr = self.ctl.ctypes.data + BELL * 4
         self._bell = int(self.ctl[BELL])
         self._wake_bit = [worker_bit(w) for w in range(n)]
         self._all_wake_bits = _ALL_BITS if n >= 32 else sum(self._wake_bit)
-        # A synchronous step wakes the leaders only; they wake their followers (see followers()).
+        # A fanned-out synchronous step wakes the leaders only; they wake their followers (see
+        # followers()). Up to FAN_OUT_GROUP workers a step may instead wake every worker directly.
         first = leaders(n)
         self._leader_bits = functools.reduce(operator.or_, (self._wake_bit[w] for w in first), 0)
-        self._whole_flags = np.full(n, COUNTED, np.uint32)
-        self._whole_flags[[w for w in first if followers(w, n)]] |= FAN_OUT
+        self._fan_flags = np.full(n, COUNTED, np.uint32)
+        self._fan_flags[[w for w in first if followers(w, n)]] |= FAN_OUT
+        self._direct_flags = np.full(n, COUNTED, np.uint32)
+        self._may_go_direct = n <= FAN_OUT_GROUP
+        self._fanning = False  # whether the last synchronous step woke leaders only
 
     def post(self, workers: list[int] | None, op: int, slots: int | list[int], counted: bool) -> None:
         """Give ``workers`` their next command and wake them (one system call).
@@ -215,7 +231,7 @@ class MainBell:
         if counted:
             words = self._all_pending if workers is None else _pending_words(workers, len(self.pending))
             self.pending[:] = words
-        self._stepping_all = False
+        self._stepping_all, self._fanning = None, False
         if every:
             self.counted = [counted] * len(self.counted)
         else:
@@ -233,18 +249,25 @@ class MainBell:
                 wake_bits |= self._wake_bit[w]
             self._ring(wake_bits)
 
-    def step_all(self, slot: int) -> None:
+    def step_all(self, slot: int, fan_out: bool = True) -> None:
         """:meth:`post` of a counted step into ``slot`` to every worker: the synchronous step, with
-        whole-array writes only."""
+        whole-array writes only.
+
+        :param fan_out: wake the leaders only, which wake the others (default True; always so beyond
+            :data:`FAN_OUT_GROUP` workers). False: wake every worker in this call.
+        """
+        direct = not fan_out and self._may_go_direct
+        flags = self._direct_flags if direct else self._fan_flags
         self.pending[:] = self._all_pending
-        if not self._stepping_all:  # the same words as the last synchronous step: left as they are
+        if self._stepping_all is not flags:  # the words of the last synchronous step: left as they are
             self.counted = [True] * len(self.counted)
             self.op[:] = OP_STEP
-            self.flags[:] = self._whole_flags
-            self._stepping_all = True
+            self.flags[:] = flags
+            self._stepping_all = flags
         self.slot[:] = slot
         self.seq += 1
-        self._ring(self._leader_bits)
+        self._fanning = not direct and self._leader_bits != self._all_wake_bits
+        self._ring(self._all_wake_bits if direct else self._leader_bits)
 
     def _ring(self, wake_bits: int) -> None:
         self._bell = (self._bell + 1) & _MASK
@@ -253,8 +276,8 @@ class MainBell:
 
     @property
     def fans_out(self) -> bool:
-        """Whether a synchronous step wakes leaders only (more than :data:`FAN_OUT_GROUP` workers)."""
-        return self._leader_bits != self._all_wake_bits
+        """Whether the last synchronous step woke leaders only (more than one worker, fanned out)."""
+        return self._fanning
 
     def wake_all(self) -> None:
         """Wake every worker (those without a new command go back to sleep)."""
@@ -282,10 +305,10 @@ class MainBell:
         if self.counted[w]:
             addr = self.pending.ctypes.data + (w >> 5) * 4
             _FUTEX(addr, _FUTEX_WAKE_OP, 0, None, addr, _clear_bit_op(w & 31))  # type: ignore[misc]
-            if self._stepping_all:
+            if self._fanning:
                 self.wake_all()  # it may have been a leader that died before waking its followers
             self.counted[w] = False
-            self._stepping_all = False
+            self._stepping_all = None
         return self.batch_done()
 
 

@@ -75,13 +75,20 @@ class Transport(Protocol):
         """The engine's ring exists: the transport may use it (doorbell, landing batches)."""
 
     def post(
-        self, workers: Sequence[int], commands: Command | Sequence[Command], partial: bool = False
+        self,
+        workers: Sequence[int],
+        commands: Command | Sequence[Command],
+        partial: bool = False,
+        fan_out: bool = True,
     ) -> list[Fault]:
         """Send one command to each of ``workers`` (one for all, or one each); the faults of the
         workers that could not take it (killed if hung). The others are now in flight.
 
         :param partial: the replies will be waited for as they come, fewer than all at a time: each
-            worker must be seen to finish on its own (no single wake-up when the last one does)."""
+            worker must be seen to finish on its own (no single wake-up when the last one does).
+        :param fan_out: a synchronous step of every worker may have the first worker wake the
+            others instead of the main process (the doorbell's choice, see
+            :meth:`shmvec.memory.doorbell.MainBell.step_all`); transports without one ignore it."""
 
     def wait(self, workers: Sequence[int], need: int, limit: float | None = None) -> Outcome:
         """Wait until ``need`` of ``workers`` (all in flight) have answered, died or hung, or until

@@ -121,12 +121,16 @@ class LocalTransport(PipeTransport):
     # ------------------------------------------------------------------ commands
 
     def post(
-        self, workers: Sequence[int], commands: Command | Sequence[Command], partial: bool = False
+        self,
+        workers: Sequence[int],
+        commands: Command | Sequence[Command],
+        partial: bool = False,
+        fan_out: bool = True,
     ) -> list[Fault]:
         """Send one command to each of ``workers`` (see :class:`~shmvec.transports.base.Transport`)."""
         if not partial and self._whole_ready(workers, commands):
             # The synchronous step: every worker, one counted batch, actions and slot in the ring.
-            self.res.bell.step_all(commands.slot)  # type: ignore[union-attr]
+            self.res.bell.step_all(commands.slot, fan_out)  # type: ignore[union-attr]
             self._whole_until = math.inf if self.timeout is None else time.monotonic() + self.timeout
             self._whole_label = commands.label  # type: ignore[union-attr]
             return []

@@ -149,10 +149,15 @@ class PipeTransport:
     # ------------------------------------------------------------------ commands
 
     def post(
-        self, workers: Sequence[int], commands: Command | Sequence[Command], partial: bool = False
+        self,
+        workers: Sequence[int],
+        commands: Command | Sequence[Command],
+        partial: bool = False,
+        fan_out: bool = True,
     ) -> list[Fault]:
         """Send one command to each of ``workers`` (see :class:`~shmvec.transports.base.Transport`),
-        each as a message in its pipe (each reply is seen on its own: ``partial`` changes nothing)."""
+        each as a message in its pipe (each reply is seen on its own: ``partial`` and ``fan_out``
+        change nothing)."""
         ws, msgs, faults = self._live(workers, commands)
         self._book(self._write_all(ws, msgs, faults), msgs[0].label if msgs else "")
         return faults

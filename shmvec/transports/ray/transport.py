@@ -230,11 +230,15 @@ class RayTransport:
         self.res.release(graceful)
 
     def post(
-        self, workers: Sequence[int], commands: m.Command | Sequence[m.Command], partial: bool = False
+        self,
+        workers: Sequence[int],
+        commands: m.Command | Sequence[m.Command],
+        partial: bool = False,
+        fan_out: bool = True,
     ) -> list[Fault]:
         """Send one command to each of ``workers``. Ray takes every call (a dead actor shows up when
         its result is waited for), so no faults come back here; each result is waited for on its
-        own (``partial`` changes nothing)."""
+        own (``partial`` and ``fan_out`` change nothing)."""
         msgs = [commands] * len(workers) if isinstance(commands, m.Command) else list(commands)
         deadline = math.inf if self.timeout is None else time.monotonic() + self.timeout
         for w, msg in zip(workers, msgs):
