@@ -15,7 +15,8 @@ own random actions (``random=True``), the env side alone; ``--policy dqn``: Tian
 - ``subproc``: ``SubprocVectorEnv``, one process per env, everything pickled;
 - ``dummy``: ``DummyVectorEnv``, the envs in this process;
 - ``shm``: ``ShmTianshouVectorEnv`` with its defaults (one worker per env, as Tianshou's);
-- ``shm-cpus``: the same with ``n_workers`` = the usable CPUs (each worker steps a group of envs).
+- ``shm-cpus``: the same with ``n_workers`` = the usable CPUs (each worker steps a group of envs);
+- ``shm-pin``: ``shm-cpus`` with ``worker_cpus="auto"``, each worker pinned to one CPU.
 
 Every run is a fresh interpreter (fork start method for all, Tianshou's default); rounds are
 interleaved, the order rotating each round. Per run: env steps/s, the process tree's CPU µs per env
@@ -38,7 +39,7 @@ from policy_loop import config_list, interleaved
 
 from shmvec.bench import host
 
-CONFIGS = ("shmem", "subproc", "dummy", "shm", "shm-cpus")
+CONFIGS = ("shmem", "subproc", "dummy", "shm", "shm-cpus", "shm-pin")
 WAKE_HOW = "shmvec.bench.host: pipe round trip between two processes on two CPUs, before each round"
 #: What results without ``wake_how`` measured: the two processes unpinned, often on one CPU, where a
 #: round trip costs a context switch, not the cross-CPU wake-up a worker pays (it reads lower).
@@ -57,8 +58,9 @@ def make(config: str, game: str, n: int) -> Any:
     fns = [functools.partial(atari_preprocessed, game)] * n
     if config == "shm":
         return ShmTianshouVectorEnv(fns)
-    if config == "shm-cpus":
-        return ShmTianshouVectorEnv(fns, n_workers=min(n, usable_cpus()))
+    if config in ("shm-cpus", "shm-pin"):
+        pin = "auto" if config == "shm-pin" else None
+        return ShmTianshouVectorEnv(fns, n_workers=min(n, usable_cpus()), worker_cpus=pin)
     return {"shmem": ShmemVectorEnv, "subproc": SubprocVectorEnv, "dummy": DummyVectorEnv}[config](fns)
 
 
