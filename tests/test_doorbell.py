@@ -197,23 +197,28 @@ def test_fanned_out_steps_equal_dummyvecenv(no_leaks):
 
 
 @pytest.mark.timeout(120)
-def test_a_stopped_leader_holds_back_none_of_its_followers(no_leaks, monkeypatch):
-    """Leader 8 (it wakes workers 9..15) is stopped: the main process wakes its followers itself once
-    the step has taken 50 ms, so they answer within the timeout and only worker 8 is taken for hung
-    and rebuilt. The workers here look for their next command on their own only every 600 s, not
-    every second: woken by nobody, the followers would sleep past the timeout (3 s: ample for
-    answering once woken, on a loaded machine too) and be rebuilt with their leader."""
+@pytest.mark.parametrize(("n", "stopped"), [(16, 8), (4, 0)])
+def test_a_stopped_leader_holds_back_none_of_its_followers(no_leaks, monkeypatch, n, stopped):
+    """A stopped leader (8 of 16 wakes workers 9..15; 0 of 4, fanned out as the engine does when it
+    ended no OpenMP pool, wakes 1..3): the main process wakes its followers itself once the step
+    has taken 50 ms, so they answer within the timeout and only the leader is taken for hung and
+    rebuilt. The workers here look for their next command on their own only every 600 s, not every
+    second: woken by nobody, the followers would sleep past the timeout (3 s: ample for answering
+    once woken, on a loaded machine too) and be rebuilt with their leader."""
     from shmvec.memory import doorbell
 
     monkeypatch.setattr(doorbell, "CHECK_PARENT_S", 600.0)  # inherited by the forked workers
-    with ShmVecEnv([FaultyEnv] * 16, "fork", n_workers=16, timeout=3.0, on_crash="restart") as env:
+    # pause_openmp=False: no pool is ended, so the 4 workers' step fans out whatever ran before.
+    kwargs = {"timeout": 3.0, "on_crash": "restart", "pause_openmp": False}
+    with ShmVecEnv([FaultyEnv] * n, "fork", n_workers=n, **kwargs) as env:
         env.reset()
-        env.step(np.zeros(16, np.int64))
-        os.kill(env.processes[8].pid, signal.SIGSTOP)
-        _, _, dones, infos = env.step(np.zeros(16, np.int64))
-        assert [i for i, info in enumerate(infos) if "shmvec.restart_reason" in info] == [8]
+        env.step(np.zeros(n, np.int64))
+        os.kill(env.processes[stopped].pid, signal.SIGSTOP)
+        _, _, dones, infos = env.step(np.zeros(n, np.int64))
+        assert [i for i, info in enumerate(infos) if "shmvec.restart_reason" in info] == [stopped]
         assert env.n_restarts == 1
-        assert dones[8] and "did not answer step within 3 s" in infos[8]["shmvec.restart_reason"]
+        reason = infos[stopped]["shmvec.restart_reason"]
+        assert dones[stopped] and "did not answer step within 3 s" in reason
 
 
 @pytest.mark.parametrize("on_crash", ["raise", "restart"])
