@@ -19,19 +19,20 @@ The kernel wakes each sleeper in turn, ~1-2 µs each, on the caller's CPU: on a 
 main process wakes only the first worker of each group of :data:`FAN_OUT_GROUP` (its *leader*,
 flagged ``FAN_OUT``), which wakes the rest of its group before stepping its own envs, so the main
 process's cost stays ~1/8 of the workers'. Up to :data:`FAN_OUT_GROUP` workers the caller chooses
-(:meth:`MainBell.step_all`): the engine lets worker 0 wake the others when the main process ended
-no OpenMP pool for the step (a single-threaded loop between steps: Tianshou's Collector, a GPU
-policy), and wakes them all itself when it did (a CPU policy). Measured on the 2-core development
-VM, 8 preprocessed Breakout envs in 2 workers, random actions, 800 µs of single-threaded work in
-the main process between steps, fresh processes alternated (3 pairs): 2,122-2,273 env steps/s with
-the main process waking both workers, 2,985-3,168 with worker 0 waking worker 1 (the main process
-waking both in one call put both on one CPU at times, and the CPU it left when it went to sleep
-stayed idle for the step); with nothing between steps, 4,787-5,183 against 4,603-5,233. With SB3's
-Atari recipe and PPO's CnnPolicy in the loop (``benchmarks/against_commit.py --workloads
-atari-policy --rounds 7``), worker 0 waking worker 1 ran 0.962x (0.93-0.99 per round), hence the
-choice. A leader that died is covered by
-:meth:`MainBell.give_up_on`, one that is stopped or starved by the main process waking everyone
-once the step has taken 50 ms (:mod:`shmvec.transports.local`).
+(:meth:`MainBell.step_all`): the engine lets worker 0 wake the others when the main process ended no
+OpenMP pool for the step (a single-threaded loop between steps, as Tianshou's Collector with random
+actions; a GPU policy would be one too, not measured), and wakes them all itself when it did (a CPU
+policy). Measured on the 2-core development VM, 8 preprocessed Breakout envs in 2 workers, random
+actions, 800 µs of single-threaded work in the main process between steps, fresh processes
+alternated (3 pairs): 2,122-2,273 env steps/s with the main process waking both workers, 2,985-3,168
+with worker 0 waking worker 1 (the main process waking both in one call put both on one CPU at
+times, and the CPU it left when it went to sleep stayed idle for the step); with nothing between
+steps, 4,787-5,183 against 4,603-5,233. With SB3's Atari recipe and PPO's CnnPolicy in the loop
+(``benchmarks/against_commit.py --workloads atari-policy --rounds 7``), worker 0 waking worker 1 ran
+0.962x (0.93-0.99 per round), hence the choice (with it, 1.000x, 0.99-1.01, 5 rounds).
+
+A leader that died is covered by :meth:`MainBell.give_up_on`, one that is stopped or starved by the
+main process waking everyone once the step has taken 50 ms (:mod:`shmvec.transports.local`).
 A worker finishing a *counted* command (a batch posted while no other command was in flight: every
 synchronous step) clears its pending bit with ``FUTEX_WAKE_OP`` (the kernel's atomic and-not;
 Python has no atomics of its own), and the one that finds every bit clear writes the main process's
