@@ -135,3 +135,23 @@ def test_spaces_may_differ_where_the_ring_does_not_see_it(no_leaks):
         assert engine.reset([0, 1], [{}] * 2)[0][0].shape == (2, 4, 4, 1)
     with pytest.raises(SpaceMismatchError, match="same shapes and dtypes"):
         _engine([functools.partial(_Box, 3), functools.partial(_Box, 3, 2)], same_spaces=False)
+
+
+def test_a_send_of_every_group_in_any_order_steps_each_into_its_own_slot(no_leaks):
+    """Workers in different slots (group 0..1 stepped alone first), then every env named, the later
+    group first: each worker writes the slot the engine reads it from (the bell once took the slots
+    in the order posted as if they were in worker order, and swapped the two groups' rows)."""
+    with closing(_engine([FaultyEnv] * 4, n_workers=2)) as engine:
+        engine.reset([0, 1, 2, 3], [{}] * 4)
+        engine.send(np.array([1, 2]), [0, 1])
+        engine.recv(at_least=2)
+        engine.send(np.array([3, 0, 2, 1]), [3, 2, 1, 0])
+        batch = engine.recv(at_least=4)
+        assert batch.env_ids.tolist() == [0, 1, 2, 3]
+        want = [
+            _reference_obs(0, [1, 1]),
+            _reference_obs(1, [2, 2]),
+            _reference_obs(2, [0]),
+            _reference_obs(3, [3]),
+        ]
+        np.testing.assert_array_equal(batch.obs[0], np.stack(want))

@@ -148,6 +148,13 @@ class LocalTransport(PipeTransport):
             if in_ring:
                 slots = [c.slot for c in msgs]  # type: ignore[attr-defined]
                 same = slots.count(slots[0]) == len(slots)
+                if targets is None and not same:
+                    # Every worker: the bell takes their slots in worker order, not in the order
+                    # posted (a send's envs in any order).
+                    by_worker = [0] * self.n_workers
+                    for w, s in zip(ws, slots):
+                        by_worker[w] = s
+                    slots = by_worker
                 bell.post(targets, OP_STEP, slots[0] if same else slots, counted)  # type: ignore[union-attr]
             else:
                 # Rung before the messages are written: a worker reads its pipe only once woken, and a
