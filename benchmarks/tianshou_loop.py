@@ -14,9 +14,11 @@ own random actions (``random=True``), the env side alone; ``--policy dqn``: Tian
 - ``shmem``: ``ShmemVectorEnv``, one process per env, observations through ``ctx.Array`` buffers;
 - ``subproc``: ``SubprocVectorEnv``, one process per env, everything pickled;
 - ``dummy``: ``DummyVectorEnv``, the envs in this process;
-- ``shm``: ``ShmTianshouVectorEnv`` with its defaults (one worker per env, as Tianshou's);
-- ``shm-cpus``: the same with ``n_workers`` = the usable CPUs (each worker steps a group of envs);
-- ``shm-pin``: ``shm-cpus`` with ``worker_cpus="auto"``, each worker pinned to one CPU.
+- ``shm``: ``ShmTianshouVectorEnv`` with its defaults (``n_workers`` = the usable CPUs, each worker
+  stepping a group of envs);
+- ``shm-per-env``: the same with one worker per env (``n_workers=n``, as Tianshou's own; the default
+  before workers could step some envs of their group);
+- ``shm-pin``: ``shm`` with ``worker_cpus="auto"``, each worker pinned to one CPU.
 
 Every run is a fresh interpreter (fork start method for all, Tianshou's default); rounds are
 interleaved, the order rotating each round. Per run: env steps/s, the process tree's CPU µs per env
@@ -39,7 +41,7 @@ from policy_loop import config_list, interleaved
 
 from shmvec.bench import host
 
-CONFIGS = ("shmem", "subproc", "dummy", "shm", "shm-cpus", "shm-pin")
+CONFIGS = ("shmem", "subproc", "dummy", "shm", "shm-per-env", "shm-pin")
 WAKE_HOW = "shmvec.bench.host: pipe round trip between two processes on two CPUs, before each round"
 #: What results without ``wake_how`` measured: the two processes unpinned, often on one CPU, where a
 #: round trip costs a context switch, not the cross-CPU wake-up a worker pays (it reads lower).
@@ -52,15 +54,15 @@ def make(config: str, game: str, n: int) -> Any:
     from tianshou.env import DummyVectorEnv, ShmemVectorEnv, SubprocVectorEnv
 
     from shmvec.bench.envs import atari_preprocessed
-    from shmvec.engine.groups import usable_cpus
     from shmvec.tianshou import ShmTianshouVectorEnv
 
     fns = [functools.partial(atari_preprocessed, game)] * n
     if config == "shm":
         return ShmTianshouVectorEnv(fns)
-    if config in ("shm-cpus", "shm-pin"):
-        pin = "auto" if config == "shm-pin" else None
-        return ShmTianshouVectorEnv(fns, n_workers=min(n, usable_cpus()), worker_cpus=pin)
+    if config == "shm-per-env":
+        return ShmTianshouVectorEnv(fns, n_workers=n)
+    if config == "shm-pin":
+        return ShmTianshouVectorEnv(fns, worker_cpus="auto")
     return {"shmem": ShmemVectorEnv, "subproc": SubprocVectorEnv, "dummy": DummyVectorEnv}[config](fns)
 
 

@@ -25,9 +25,11 @@ engine's (:mod:`shmvec.engine`) and the engine's batches into what ``DummyVector
   env's own attributes ``DummyVectorEnv`` returns); ``render(**kwargs)``: every env's ``render``.
 
 Envs may differ in their spaces where the shared memory does not see it (bounds, ``Discrete(n)``),
-as Tianshou allows; their shapes and dtypes must agree. One env per worker by default, as Tianshou's
-own subprocess envs have (``n_workers=k`` steps them in ``k`` groups: then ``step`` and asynchronous
-``reset`` take whole groups only). Only this module imports Tianshou (and, through it, torch);
+as Tianshou allows; their shapes and dtypes must agree. Workers: as many as CPUs by default, each
+stepping a group of envs, and a ``step`` of some envs steps only those (``collect(n_episode=...)``
+steps fewer envs as episodes end). Asynchronous collection (``wait_num``/``timeout``) and
+``on_crash="restart"`` take whole groups only, so they get one env per worker by default, as
+Tianshou's own subprocess envs have. Only this module imports Tianshou (and, through it, torch);
 nothing else in shmvec imports it, and the workers import neither.
 """
 
@@ -73,7 +75,8 @@ class ShmTianshouVectorEnv(EngineHandle, BaseVectorEnv):
     :param start_method: ``"fork"``, ``"forkserver"`` or ``"spawn"``; default (None) as Tianshou's
         ``SubprocVectorEnv``: multiprocessing's default (fork on Linux before Python 3.14).
     :param options: the engine's options (:class:`shmvec.engine.options.Options`: ``n_workers``
-        (default here: one worker per env), ``codec``, ``frame_stack``, ``on_crash``...), except
+        (default here: as many as CPUs, at most one per env; one per env with ``wait_num``,
+        ``timeout`` or ``on_crash="restart"``), ``codec``, ``frame_stack``, ``on_crash``...), except
         ``device``, ``device_fields``, ``pin_memory`` and ``copy=False`` (the observations returned
         are the caller's: Tianshou's Collector keeps them across steps). ``timeout`` being
         Tianshou's here, the engine's (seconds a worker may take to answer) is ``worker_timeout``.
@@ -110,7 +113,9 @@ class ShmTianshouVectorEnv(EngineHandle, BaseVectorEnv):
             )
         if "worker_timeout" in options:
             options["timeout"] = options.pop("worker_timeout")
-        options.setdefault("n_workers", n or None)
+        if self.is_async or options.get("on_crash") == "restart":
+            # Each of these takes whole worker groups only: one env per worker takes any envs.
+            options.setdefault("n_workers", n or None)
         opts = Options.from_kwargs("ShmTianshouVectorEnv", options, autoreset="disabled")
         # SubprocVectorEnv's context=None: multiprocessing's own default (the first method listed).
         start_method = start_method or multiprocessing.get_start_method(allow_none=True)
@@ -205,8 +210,8 @@ class ShmTianshouVectorEnv(EngineHandle, BaseVectorEnv):
         whichever were sent (``info["env_id"]`` names them); ``action`` None only collects.
 
         :raises ValueError: for ids out of range or repeated, an action count that is not
-            ``len(id)``, an env still stepping, or (``n_workers`` < ``env_num``) ids that split a
-            worker's group; nothing is sent then.
+            ``len(id)``, an env still stepping, or (``n_workers`` < ``env_num``, asynchronous or
+            ``on_crash="restart"``) ids that split a worker's group; nothing is sent then.
         :raises RuntimeError: ``action`` None with nothing in flight (Tianshou would wait forever).
         """
         engine = self._eng
@@ -219,7 +224,9 @@ class ShmTianshouVectorEnv(EngineHandle, BaseVectorEnv):
             if len(ids) == self.env_num and np.array_equal(ids, self._every):
                 engine.send(action)  # every env in order: one slot, lent without a copy
                 return self._step_result(engine.recv(), ids, None)
-            engine.send(action, self._whole(engine, ids, "step"))
+            # Some envs (Tianshou's n_episode collection, the envs whose episodes are not done yet):
+            # their workers step only those.
+            engine.send(action, ids, split=True)
             batch = engine.recv(at_least=len(ids))
             return self._step_result(batch, ids, self._positions(batch, ids))
         if action is not None:

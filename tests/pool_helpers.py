@@ -1,12 +1,15 @@
 """Driving ShmVectorEnv's pool mode in tests: actions that depend only on (env id, that env's step
 count), so that whatever order batches come in, each env's trajectory must equal the same env
-stepped alone in this process (:func:`check_trajectories`)."""
+stepped alone in this process (:func:`check_trajectories`); and the engine's steps of some envs of
+a group (``send(..., split=True)``, Tianshou's face) against the same envs stepped in this process
+(:func:`check_split_steps`)."""
 
 from __future__ import annotations
 
 import functools
 import time
 from collections import defaultdict
+from contextlib import closing
 from typing import Any
 
 import gymnasium as gym
@@ -14,8 +17,11 @@ import numpy as np
 from gymnasium import spaces
 
 from shmvec import ShmVectorEnv
+from shmvec.engine.build import build
+from shmvec.engine.options import Options
+from shmvec.memory.layout import flatten
 from shmvec.vector.pool import _BatchInfos
-from tests.envs import FaultyEnv
+from tests.envs import DictImageEnv, FaultyEnv
 from tests.helpers import assert_obs_equal
 
 
@@ -105,3 +111,52 @@ FAULTY = functools.partial(FaultyEnv)
 
 def make(fns, **kwargs) -> ShmVectorEnv:
     return ShmVectorEnv(fns, start_method="fork", **kwargs)
+
+
+def check_split_steps(autoreset: str, **options) -> None:
+    """The engine (no face) through 80 steps of random subsets of 5 DictImageEnvs in 2 workers (groups 0..2 and 3..4) sent with
+    ``split=True``: each batch equals what the same envs stepped in this process give, and the envs
+    not named are not stepped (their next observations, step counts and episode ends show it)."""
+    n = 5
+    fns = [functools.partial(DictImageEnv, 8, 6)] * n
+    opts = Options.from_kwargs("test", {"n_workers": 2, **options}, autoreset=autoreset)
+    refs = [DictImageEnv(8, 6) for _ in range(n)]
+    space = refs[0].observation_space
+    rng = np.random.default_rng(1)
+    with closing(build(fns, "fork", opts, "test", info_form="dicts")) as engine:
+        engine.reset(list(range(n)), [{}] * n)
+        for i, env in enumerate(refs):
+            env.reset(seed=i)
+        ended = [False] * n
+        ends = 0
+        for t in range(80):
+            ids = rng.permutation(n)[: rng.integers(1, n + 1)]
+            actions = rng.uniform(-1, 1, (len(ids), 2)).astype(np.float32)
+            engine.send(actions, ids, split=True)
+            batch = engine.recv(at_least=len(ids))
+            got_ids = list(range(n)) if batch.env_ids is None else batch.env_ids.tolist()  # None: all
+            assert got_ids == sorted(ids.tolist()), t
+            done = []
+            for k, i in enumerate(got_ids):
+                if ended[i]:  # next_step: this step is the reset
+                    obs, info = refs[i].reset()
+                    reward, term, trunc, ended[i] = 0.0, False, False, False
+                else:
+                    obs, reward, term, trunc, info = refs[i].step(actions[ids.tolist().index(i)])
+                for leaf, got in zip(flatten(space, obs, []), batch.obs):
+                    np.testing.assert_array_equal(got[k], leaf, err_msg=f"step {t}, env {i}")
+                assert (batch.rewards[k], batch.terminated[k], batch.truncated[k]) == (reward, term, trunc)
+                if autoreset == "next_step" and not info:
+                    info = None
+                assert batch.infos.get(k) == (info or None), f"step {t}, env {i}"
+                if term or trunc:
+                    ends += 1
+                    ended[i] = autoreset == "next_step"
+                    done.append(i)
+            if done and autoreset == "disabled":  # after the batch: a whole one is lent until then
+                arrays, _ = engine.reset([None] * n, [{}] * n, np.isin(np.arange(n), done))
+                for i in done:
+                    obs, _ = refs[i].reset()
+                    for leaf, got in zip(flatten(space, obs, []), arrays):
+                        np.testing.assert_array_equal(got[i], leaf, err_msg=f"reset after step {t}")
+        assert ends >= 10

@@ -21,6 +21,7 @@ from shmvec.engine.core import Engine
 from shmvec.engine.options import Options
 from shmvec.errors import SpaceMismatchError
 from tests.envs import FaultyEnv, Gate
+from tests.pool_helpers import check_split_steps
 
 
 def _engine(fns: list, same_spaces: bool = True, **options) -> Engine:
@@ -135,6 +136,45 @@ def test_spaces_may_differ_where_the_ring_does_not_see_it(no_leaks):
         assert engine.reset([0, 1], [{}] * 2)[0][0].shape == (2, 4, 4, 1)
     with pytest.raises(SpaceMismatchError, match="same shapes and dtypes"):
         _engine([functools.partial(_Box, 3), functools.partial(_Box, 3, 2)], same_spaces=False)
+
+
+@pytest.mark.parametrize(
+    ("autoreset", "options"),
+    [
+        ("disabled", {}),
+        ("disabled", {"transport": "portable"}),
+        ("next_step", {"codec": {"image": "delta"}, "verify_every": 1}),
+    ],
+    ids=["disabled", "portable", "next-step-delta"],
+)
+def test_a_split_send_steps_only_the_envs_named(no_leaks, autoreset, options):
+    check_split_steps(autoreset, **options)
+
+
+def test_a_send_without_split_waits_for_the_whole_group(no_leaks):
+    """The negative control: without ``split`` a worker steps once every env of its group has an
+    action, so envs 0 and 1 of the group 0..2 are not stepped and nothing is in flight."""
+    opts = Options.from_kwargs("test", {"n_workers": 2}, autoreset="disabled")
+    with closing(build([FaultyEnv] * 5, "fork", opts, "test", info_form="dicts")) as engine:
+        engine.reset([None] * 5, [{}] * 5)
+        engine.send(np.array([1, 1]), [0, 1])
+        assert not engine.flights.busy and sorted(engine.flights.pending[0]) == [0, 1]
+        with pytest.raises(RuntimeError, match="no env is stepping"):
+            engine.recv(at_least=2)
+
+
+def test_restart_mode_refuses_a_split_of_a_group(no_leaks):
+    opts = Options.from_kwargs("test", {"n_workers": 2, "on_crash": "restart"}, autoreset="disabled")
+    with closing(build([FaultyEnv] * 4, "fork", opts, "test", info_form="dicts")) as engine:
+        engine.reset([None] * 4, [{}] * 4)
+        with pytest.raises(
+            ValueError,
+            match=r"worker 1 steps envs 2\.\.3 together: name all of them or none, got \[2\] \(with on_crash='restart'",
+        ):
+            engine.send(np.array([1]), [2], split=True)
+        assert engine.flights.idle
+        engine.send(np.array([1, 1]), [3, 2], split=True)  # a whole group is fine
+        assert engine.recv(at_least=2).env_ids.tolist() == [2, 3]
 
 
 def test_a_send_of_every_group_in_any_order_steps_each_into_its_own_slot(no_leaks):

@@ -33,7 +33,7 @@ from tests.conftest import shm_segments  # noqa: E402
 from tests.envs import DictImageEnv, SlowStepEnv, make_dict_env  # noqa: E402
 from tests.helpers import assert_obs_equal, assert_steps_equal, sample_actions  # noqa: E402
 from tests.object_envs import make_object_env  # noqa: E402
-from tests.pool_helpers import FAULTY, check_trajectories, run_pool  # noqa: E402
+from tests.pool_helpers import FAULTY, check_split_steps, check_trajectories, run_pool  # noqa: E402
 from tests.vector_helpers import SAME, run_both  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -423,3 +423,9 @@ def test_make_atari_env_one_liner_works_without_registering_in_the_factory(leaks
     monkeypatch.setattr(ray_transport, "env_packages", lambda: ())
     with pytest.raises(Exception, match=r"gym\.register_envs\(ale_py\)"):
         make(vec_env_cls=ShmVecEnv, vec_env_kwargs={"backend": "ray", "n_workers": 2})
+
+
+def test_a_split_send_steps_only_the_envs_named(leaks):
+    """``send(..., split=True)`` (Tianshou's face): an actor steps only the envs named, its packed
+    batch carries the others' rows unread, and a stateful codec's streams stay in step."""
+    check_split_steps("disabled", backend="ray", codec={"image": "delta"}, verify_every=1)

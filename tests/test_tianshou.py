@@ -101,11 +101,15 @@ def _plan(n: int, steps: int) -> list[dict[str, Any]]:
     return [{"n_step": n * steps}, {"n_episode": n + 2}, {"n_step": n * 5, "random": True}]
 
 
-def test_dqn_collector_on_pixels_equals_dummy(ts, no_leaks):
+@pytest.mark.parametrize("n_workers", [None, 3, N])
+def test_dqn_collector_on_pixels_equals_dummy(ts, no_leaks, n_workers):
+    """Default workers (as many as CPUs), uneven groups (2, 1, 1) and one env per worker: n_episode
+    collection steps fewer envs as episodes end, and a worker steps only the envs named."""
     from tianshou.env import DummyVectorEnv
 
     policy, plan = _dqn((4, 42, 42), 4), _plan(N, 60)
-    got = _collect(ts.ShmTianshouVectorEnv([PIXELS] * N), policy, plan)
+    options = {} if n_workers is None else {"n_workers": n_workers}
+    got = _collect(ts.ShmTianshouVectorEnv([PIXELS] * N, **options), policy, plan)
     want = _collect(DummyVectorEnv([PIXELS] * N), policy, plan)
     assert_collected_same(got, want)
     assert sum(s.n_collected_episodes for s in got[1]) >= 2 * N  # episodes ended and envs were reset
@@ -134,19 +138,24 @@ def test_dqn_collector_on_atari_equals_dummy(ts, no_leaks, n_workers):
     assert got[1][0].n_collected_episodes >= 1
 
 
-def test_dict_observations_and_subsets_equal_dummy(ts, no_leaks):
-    """Step and reset by id, out of order, on a Dict space (a Box action): DummyVectorEnv's results."""
+@pytest.mark.parametrize("options", [{"n_workers": 2}, {"n_workers": 3, "codec": {"image": "delta"}}])
+def test_dict_observations_and_subsets_equal_dummy(ts, no_leaks, options):
+    """Step and reset by id, out of order, on a Dict space (a Box action): DummyVectorEnv's results,
+    with ids that split worker groups (each worker steps only the envs named) and a stateful codec
+    whose streams advance only for those envs."""
     from tianshou.env import DummyVectorEnv
 
     fns = [functools.partial(DictImageEnv, 8, 6)] * N
-    ours, ref = ts.ShmTianshouVectorEnv(fns, n_workers=2), DummyVectorEnv(fns)
+    ours, ref = ts.ShmTianshouVectorEnv(fns, verify_every=1, **options), DummyVectorEnv(fns)
     rng = np.random.default_rng(0)
     try:
         assert ours.seed(5) == ref.seed(5)
         _assert_reset_equal(ours.reset(), ref.reset())
         ends = 0
-        for t in range(60):
-            ids = [3, 2] if t % 3 else None  # whole groups (workers of envs 0-1 and 2-3)
+        for t in range(80):
+            # Every env now and then; else 1-3 envs in any order, splitting groups (envs 0-1 and 2-3
+            # with two workers; 0-1, 2 and 3 with three).
+            ids = None if t % 5 == 0 else rng.permutation(N)[: rng.integers(1, N)].tolist()
             k = N if ids is None else len(ids)
             actions = rng.uniform(-1, 1, (k, 2)).astype(np.float32)
             got, want = ours.step(actions, ids), ref.step(actions, ids)
@@ -356,11 +365,11 @@ def test_bad_calls_raise_before_anything_is_sent(ts, no_leaks):
             ([0, 4], [0, 0], ValueError, r"in 0\.\.3"),
             ([1, 1], [0, 0], ValueError, "must not repeat"),
             ([0, 1], [0], ValueError, "expected 2 actions"),
-            ([1, 2], [0, 0], ValueError, "steps envs 0..1 together"),
             (None, None, ValueError, "not-None"),
         ]:
             with pytest.raises(error, match=message):
                 venv.step(None if actions is None else np.array(actions), ids)
+        assert len(venv.step(np.array([0, 0]), [1, 2])[0]) == 2  # a synchronous step may split a group
         assert venv.waiting_id == [] and len(venv.step(np.zeros(4, np.int64))[0]) == 4  # still usable
         obs, infos = venv.reset([1, 0])  # a masked reset may split a group (nothing steps)
         assert obs.shape == (2, 4, 42, 42) and len(infos) == 2
@@ -370,6 +379,22 @@ def test_bad_calls_raise_before_anything_is_sent(ts, no_leaks):
     assert venv.is_closed
     with pytest.raises(ClosedError):
         venv.step(np.zeros(4, np.int64))
+    # Asynchronous collection and restart mode take whole groups only.
+    for kwargs, message in [
+        ({"wait_num": 2}, r"worker 0 steps envs 0\.\.1 together"),
+        (
+            {"on_crash": "restart"},
+            r"worker 0 steps envs 0\.\.1 together: name all of them or none, got \[1, 2\] \(with on_crash='restart'",
+        ),
+    ]:
+        venv = ts.ShmTianshouVectorEnv([PIXELS] * 4, n_workers=2, **kwargs)
+        try:
+            venv.reset()
+            with pytest.raises(ValueError, match=message):
+                venv.step(np.array([0, 0]), [1, 2])
+            assert venv.waiting_id == []  # nothing was sent
+        finally:
+            venv.close()
 
 
 def test_nothing_imports_tianshou_but_its_face():

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from shmvec.engine.batch import Batch
+from shmvec.engine.flights import envs_stepped
 from shmvec.engine.gather import Gather
 from shmvec.engine.recovery import Ended
 from shmvec.engine.slots import Slots
@@ -59,8 +60,12 @@ class BatchReader:
         self.gather.close()
 
     def whole(self, workers: list[int], arrived: list[Arrived]) -> bool:
-        """Whether the batch of ``workers`` is every worker, all written into one slot."""
-        return len(workers) == len(self.worker_envs) and self.slots.uniform
+        """Whether the batch of ``workers`` is every env of every worker, all written into one slot."""
+        return (
+            len(workers) == len(self.worker_envs)
+            and self.slots.uniform
+            and all(getattr(cmd, "envs", None) is None for cmd, _ in arrived)
+        )
 
     def read(self, workers: list[int], arrived: list[Arrived], ended: Ended) -> Batch:
         """The batch of ``workers`` (ascending) whose commands and replies are ``arrived``."""
@@ -121,11 +126,12 @@ class BatchReader:
 
     def _gathered(self, workers: list[int], arrived: list[Arrived], ended: Ended) -> Batch:
         slot, prev = self.slots.slot, self.slots.prev
-        rows = [(slot[w], self.worker_envs[w]) for w in workers]
+        groups = self.worker_envs
+        rows = [(slot[w], envs_stepped(groups[w], cmd)) for w, (cmd, _) in zip(workers, arrived)]
         for w in ended.carried:
             self.gather.carry_last(self.worker_envs[w], slot[w], prev[w])
         carried = set(ended.carried)
-        decode = [i for w in workers if w not in carried for i in self.worker_envs[w]]
+        decode = [i for w, (_, g) in zip(workers, rows) if w not in carried for i in g]
         obs, rewards, terminated, truncated = self.gather.read(rows, decode)
         infos: dict[int, dict[str, Any]] = {}
         reset_infos: dict[int, dict[str, Any]] = {}
@@ -135,10 +141,10 @@ class BatchReader:
             typed = self.typed.rows(rows, {})
         learning: dict[int, dict[str, Any]] | None = None  # the steps' own infos, to learn from
         pos = 0
-        for (s, g), (cmd, reply) in zip(rows, arrived):
+        for w, (s, g), (cmd, reply) in zip(workers, rows, arrived):
             by_env: dict[int, dict[str, Any]] = {}
             by_env_reset: dict[int, dict[str, Any]] = {}
-            _collect(reply, g.start, by_env, by_env_reset)
+            _collect(reply, self.worker_envs[w].start, by_env, by_env_reset)
             stepped = isinstance(cmd, m.Step) and not isinstance(reply, m.Restarted)
             if columns is not None and stepped and typed is None:
                 columns.read(s, [g], by_env)
@@ -149,15 +155,26 @@ class BatchReader:
                 typed.mask[pos : pos + len(g)] = False
             if ended.infos:
                 by_env.update((i, ended.infos[i]) for i in g if i in ended.infos)
-            shift = pos - g.start
-            if by_env:
-                infos.update((i + shift, info) for i, info in by_env.items())
-            if by_env_reset:
-                reset_infos.update((i + shift, info) for i, info in by_env_reset.items())
+            if isinstance(g, range):
+                shift = pos - g.start
+                if by_env:
+                    infos.update((i + shift, info) for i, info in by_env.items())
+                if by_env_reset:
+                    reset_infos.update((i + shift, info) for i, info in by_env_reset.items())
+            else:  # some envs of the group: each at its place among them
+                at = {i: pos + k for k, i in enumerate(g)}
+                infos.update((at[i], info) for i, info in by_env.items())
+                reset_infos.update((at[i], info) for i, info in by_env_reset.items())
             pos += len(g)
         if learning is not None:  # from the steps' infos, not from resets', as a synchronous step
             self.typed.learn(learning)
-        ids = np.concatenate([self._ids[w] for w in workers])  # a new array: the caller's to keep
+        # A new array: the caller's to keep.
+        ids = np.concatenate(
+            [
+                self._ids[w] if isinstance(g, range) else np.array(g, np.int32)
+                for w, (_, g) in zip(workers, rows)
+            ]
+        )
         return Batch(ids, obs, rewards, terminated, truncated, infos, reset_infos, {}, typed)
 
 

@@ -201,22 +201,34 @@ class Engine(EnvCalls, Resets):
 
     # ------------------------------------------------------------------ send
 
-    def send(self, actions: Any, env_ids: Any = None, partial: bool = False) -> None:
+    def send(self, actions: Any, env_ids: Any = None, partial: bool = False, split: bool = False) -> None:
         """Give envs ``env_ids`` (None: every env, in order) their next actions; a worker's group
         steps once all of its envs have one. ``actions`` may be reused by the caller afterwards.
         ``partial`` (with ``env_ids``): the caller takes the results as they come
         (``recv(at_least=...)`` of fewer than these), so each worker is seen to finish on its own.
+        ``split`` (with ``env_ids``): every env named steps now, its worker stepping only the envs of
+        its group that have an action (the others are left as they were; ``recv(at_least=...)``
+        returns them).
 
-        :raises ValueError: for a bad ``env_ids`` or action count, or an env still stepping.
+        :raises ValueError: for a bad ``env_ids`` or action count, an env still stepping, or a
+            ``split`` of a group in restart mode (nothing is sent then).
         :raises RuntimeError: ``env_ids=None`` while steps are in flight.
         """
         self.check_open()
         self.refuse_during_call("send")
         flights, ring = self.flights, self.ring
         if env_ids is not None:
-            workers, per_worker = flights.stage(flights.check_ids(env_ids), actions, ring)
+            ids = flights.check_ids(env_ids)
+            if split and self.restart:
+                # A rebuilt worker's envs all end their episode at their next step: a step of some
+                # of them would lose that for the others.
+                flights.whole_groups(
+                    ids, "step", "with on_crash='restart'; one env per worker takes any envs"
+                )
+            workers, per_worker, envs = flights.stage(ids, actions, ring, split)
             if workers:
-                self._post_steps(workers, per_worker, [self.slots.advance(w) for w in workers], partial)
+                slots = [self.slots.advance(w) for w in workers]
+                self._post_steps(workers, per_worker, slots, partial, envs)
             return
         if not flights.idle:
             raise RuntimeError("step_async() called twice without step_wait() (or send() before recv())")
@@ -232,10 +244,16 @@ class Engine(EnvCalls, Resets):
         self._post_steps(list(range(self.n_workers)), per_worker, [slot] * self.n_workers)
 
     def _post_steps(
-        self, workers: list[int], actions: list[Any] | None, slots: list[int], partial: bool = False
+        self,
+        workers: list[int],
+        actions: list[Any] | None,
+        slots: list[int],
+        partial: bool = False,
+        envs: list[tuple[int, ...] | None] | None = None,
     ) -> None:
         """Post a step to each of ``workers`` (into its slot of ``slots``; ``actions``: one list per
-        worker, or None when they are in the ring; ``partial``: as for :meth:`send`)."""
+        worker, or None when they are in the ring; ``partial``: as for :meth:`send`; ``envs``: the
+        local envs each steps, None for all)."""
         flights, needs_reset = self.flights, self.supervisor.needs_reset
         typed = self.typed_infos
         if typed.untold and typed.columns is not None:
@@ -243,14 +261,16 @@ class Engine(EnvCalls, Resets):
             told = typed.tell(workers)
             if told:
                 self.ask(told, m.Configure(info_schema=typed.columns.schema), Phase.STEP)
-        every = actions is None and len(workers) == self.n_workers and len(set(slots)) == 1
+        every = actions is None and envs is None and len(workers) == self.n_workers and len(set(slots)) == 1
         if every and not needs_reset:  # every synchronous step: one message object for all
             posted: list[int] = workers
             commands: list[m.Step] = [m.Step(slots[0])] * len(workers)
         else:
             posted, commands = [], []
             for k, w in enumerate(workers):
-                step = m.Step(slots[k], None if actions is None else actions[k])
+                step = m.Step(
+                    slots[k], None if actions is None else actions[k], None if envs is None else envs[k]
+                )
                 if w in needs_reset:
                     # Restart mode: rebuilt since its last step, its envs are fresh and not reset:
                     # they end their episode in this step instead of stepping.

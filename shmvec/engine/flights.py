@@ -60,6 +60,13 @@ def pool_workers(num_envs: int, batch_size: int, n_workers: int | str | None, cp
     return n_workers
 
 
+def envs_stepped(group: range, sent: Command) -> range | list[int]:
+    """The envs (global indices) of ``group`` that ``sent``, a command to its worker, covers: a
+    step of some of them (:attr:`~shmvec.wire.messages.Step.envs`) those, any other command all."""
+    envs = getattr(sent, "envs", None)
+    return group if envs is None else [group.start + k for k in envs]
+
+
 def check_count(actions: Any, want: int, of: str) -> None:
     """:raises TypeError: when ``actions`` has no length; :raises ValueError: unless it has ``want``."""
     try:
@@ -133,10 +140,14 @@ class Flights:
             raise ValueError(f"env_ids must not repeat an env, got {listed}")
         return ids.astype(np.int64)
 
-    def stage(self, ids: np.ndarray, actions: Any, ring: Ring) -> tuple[list[int], list[list[Any]] | None]:
+    def stage(
+        self, ids: np.ndarray, actions: Any, ring: Ring, split: bool = False
+    ) -> tuple[list[int], list[list[Any]] | None, list[tuple[int, ...] | None] | None]:
         """Record one action per env of ``ids`` (into the ring's typed action buffer where they fit);
-        the workers whose whole group now has its actions, in the order first touched, and their
-        actions (None: all of them are in the ring).
+        the workers whose whole group now has its actions (``split``: every worker touched), in the
+        order first touched, their actions (None: all of them are in the ring; else one list per
+        worker, None for an env not stepped) and the local envs each steps (None: all of them, for
+        every worker).
 
         :raises ValueError: for a wrong number of actions, an env still stepping or already given an
             action (nothing recorded then).
@@ -165,19 +176,29 @@ class Flights:
             ring.actions[ids] = actions  # type: ignore[index]
             # Whole groups and nothing partly sent (every batch recv() returns): nothing to record.
             if not pending and len(listed) == sum(len(groups[w]) for w in touched):
-                return touched, None
+                return touched, None, None
         for k, (i, w) in enumerate(zip(listed, workers)):
             pending.setdefault(w, {})[i - groups[w].start] = IN_RING if in_ring else actions[k]
-        full = [w for w in touched if len(pending[w]) == len(groups[w])]
+        full = touched if split else [w for w in touched if len(pending[w]) == len(groups[w])]
         staged = [sorted(pending.pop(w).items()) for w in full]
+        envs: list[tuple[int, ...] | None] | None = None
+        if split:
+            envs = [
+                None if len(p) == len(groups[w]) else tuple(k for k, _ in p) for w, p in zip(full, staged)
+            ]
+            if not any(envs):
+                envs = None
         if all(a is IN_RING for p in staged for _, a in p):
-            return full, None
-        # A group partly sent through the ring, partly not: it travels whole, pickled.
+            return full, None, envs
+        # A group partly sent through the ring, partly not: it travels pickled (None where not stepped).
         buffer = ring.actions
-        return full, [
-            [buffer[groups[w].start + k].copy() if a is IN_RING else a for k, a in p]  # type: ignore[index]
-            for w, p in zip(full, staged)
-        ]
+        sent: list[list[Any]] = []
+        for w, p in zip(full, staged):
+            row: list[Any] = [None] * len(groups[w])
+            for k, a in p:
+                row[k] = buffer[groups[w].start + k].copy() if a is IN_RING else a  # type: ignore[index]
+            sent.append(row)
+        return full, sent, envs
 
     def choose(self) -> list[int] | None:
         """The workers of the next batch (ascending) once they are all ready, else None.
@@ -209,6 +230,12 @@ class Flights:
             return sorted(workers)
         return None
 
+    def stepping(self, w: int) -> int:
+        """How many envs worker ``w``'s command in flight or not received covers (a step of some of
+        its envs covers those only)."""
+        sent = self.busy.get(w)
+        return len(envs_stepped(self.groups[w], self.ready[w][0] if sent is None else sent))
+
     def choose_ready(self, at_least: int) -> list[int] | None:
         """Every ready worker (ascending) once their envs number ``at_least``, or all the envs ready
         or in flight when fewer are; else None. The batch of a caller that takes whatever is ready
@@ -216,18 +243,20 @@ class Flights:
 
         :raises RuntimeError: when no env is ready or in flight (a hang otherwise).
         """
-        groups = self.groups
-        ready = sum(len(groups[w]) for w in self.ready)
-        busy = sum(len(groups[w]) for w in self.busy)
+        stepping = self.stepping
+        ready = sum(map(stepping, self.ready))
+        busy = sum(map(stepping, self.busy))
         if not ready + busy:
             raise RuntimeError("recv(): no env is stepping: send() actions first")
         return sorted(self.ready) if ready >= min(at_least, ready + busy) else None
 
-    def whole_groups(self, ids: np.ndarray, call: str) -> list[int]:
+    def whole_groups(
+        self, ids: np.ndarray, call: str, why: str = "one env per worker takes any envs"
+    ) -> list[int]:
         """The workers whose groups ``ids`` (checked env indices) make up exactly, ascending, all idle.
 
-        :raises ValueError: when ``ids`` splits a worker's group or names an env whose worker is busy
-            or has a reply not received yet.
+        :raises ValueError: when ``ids`` splits a worker's group (the message ends with ``why``) or
+            names an env whose worker is busy or has a reply not received yet.
         """
         listed = ids.tolist()
         workers = sorted({self.owner[i] for i in listed})
@@ -242,7 +271,7 @@ class Flights:
             g = self.groups[split]
             raise ValueError(
                 f"{call}(): worker {split} steps envs {g.start}..{g.stop - 1} together: name all of them "
-                f"or none, got {listed} (one env per worker takes any envs)"
+                f"or none, got {listed} ({why})"
             )
         return workers
 
@@ -255,10 +284,10 @@ class Flights:
         """The busy workers to wait on for the next batch, and how many of them must answer (for
         :meth:`choose_ready` with ``at_least``: at least as many as could bring that many envs)."""
         if at_least is not None:
-            groups = self.groups
-            short = min(at_least, sum(len(groups[w]) for w in (*self.ready, *self.busy)))
-            short -= sum(len(groups[w]) for w in self.ready)
-            return sorted(self.busy), max(1, -(-short // max(len(groups[w]) for w in self.busy)))
+            stepping = self.stepping
+            short = min(at_least, sum(map(stepping, (*self.ready, *self.busy))))
+            short -= sum(map(stepping, self.ready))
+            return sorted(self.busy), max(1, -(-short // max(map(stepping, self.busy))))
         if self.order == FIRST_READY:
             return sorted(self.busy), self.per_batch - len(self.ready)
         missing = [w for w in self.deterministic_next() if w in self.busy]

@@ -59,26 +59,25 @@ class Gather:
             obs[slot, group.start : group.stop] = obs[prev, group.start : group.stop]
 
     def read(
-        self, rows: list[tuple[int, range]], decode: list[int]
+        self, rows: list[tuple[int, range | list[int]]], decode: list[int]
     ) -> tuple[list[np.ndarray], np.ndarray, np.ndarray, np.ndarray]:
         """The observation leaves, rewards, terminated and truncated of the batch made of ``rows``
-        (``(slot, group)`` each, in batch order); ``decode``: the envs whose encoded frames are new."""
+        (``(slot, envs)`` each, in batch order: a worker's group, or the envs of it that stepped);
+        ``decode``: the envs whose encoded frames are new."""
         if self.decoded and decode:
             self.reader.decode_envs(decode, self.decoded)
         out: list[np.ndarray] = []
         objects, values = self.reader.objects, {}
         if objects is not None:
-            ids = np.concatenate([np.arange(g.start, g.stop) for _, g in rows])
+            ids = np.concatenate([np.asarray(g) for _, g in rows])
             values = dict(zip(objects.index, objects.rows(ids)))
+        rows = [(s, _index(g)) for s, g in rows]
         for j in range(self.n_leaves):
             if j in values:
                 out.append(values[j])
                 continue
             decoded = self.decoded.get(j)
-            parts = [
-                decoded[g.start : g.stop] if decoded is not None else self.raw[j][s, g.start : g.stop]
-                for s, g in rows
-            ]
+            parts = [decoded[g] if decoded is not None else self.raw[j][s, g] for s, g in rows]
             if self.readonly_out is None:
                 out.append(_joined(parts))
             else:
@@ -89,11 +88,16 @@ class Gather:
                 out.append(view)
         ring = self.ring
         rewards, terminated, truncated = (
-            _joined([field[s, g.start : g.stop] for s, g in rows])
+            _joined([field[s, g] for s, g in rows])
             for field in (ring.rewards, ring.terminated, ring.truncated)
         )
         self.n_read += 1
         return out, rewards, terminated, truncated
+
+
+def _index(envs: range | list[int]) -> slice | list[int]:
+    """Rows ``envs`` of an array over every env: a slice for a whole group (a view, no index array)."""
+    return slice(envs.start, envs.stop) if isinstance(envs, range) else envs
 
 
 def _joined(parts: list[np.ndarray]) -> np.ndarray:

@@ -75,7 +75,7 @@ class TypedInfos:
         if schema is not None and self.areas is not None:
             self.columns = InfoColumns(schema, *self.areas)
 
-    def read(self, slot: int, envs: Sequence[range], infos: dict[int, dict[str, Any]]) -> None:
+    def read(self, slot: int, envs: Sequence[range | list[int]], infos: dict[int, dict[str, Any]]) -> None:
         """Complete ``infos`` (env -> what came through the pipe) with the typed values the workers of
         ``envs`` wrote into ``slot``; while learning, :meth:`learn` from them instead."""
         if self.columns is not None:
@@ -83,7 +83,9 @@ class TypedInfos:
         else:
             self.learn(infos)
 
-    def rows(self, parts: Sequence[tuple[int, range]], infos: dict[int, dict[str, Any]]) -> TypedRows | None:
+    def rows(
+        self, parts: Sequence[tuple[int, range | list[int]]], infos: dict[int, dict[str, Any]]
+    ) -> TypedRows | None:
         """The typed values of the batch made of ``parts`` (``(slot, group)`` each, in batch order) as
         columns (see :class:`TypedRows`), or None when no schema is in force (then, while learning,
         :meth:`learn` from ``infos``: position -> what came through the pipe)."""

@@ -192,13 +192,14 @@ class InfoColumns:
 
     # ------------------------------------------------------------------ main side
 
-    def take(self, slot: int, envs: Sequence[range]) -> tuple[list[np.ndarray], np.ndarray]:
+    def take(self, slot: int, envs: Sequence[range | list[int]]) -> tuple[list[np.ndarray], np.ndarray]:
         """The typed values the workers of ``envs`` wrote into ``slot``, as one array per key over
         those envs' rows (in ``envs`` order; the dtype Gymnasium's info batching gives a value of the
         key's type), and a bool mask of the rows whose info was typed. Consumes the flags read."""
         # One group (every pool batch of one worker, every synchronous step): a slice, so the
         # reads below are views and no index array is built.
-        rows: Any = slice(envs[0].start, envs[0].stop) if len(envs) == 1 else [i for g in envs for i in g]
+        whole = len(envs) == 1 and isinstance(envs[0], range)
+        rows: Any = slice(envs[0].start, envs[0].stop) if whole else [i for g in envs for i in g]
         mask = self.mask[slot, rows].astype(bool)
         self.mask[slot, rows] = 0
         words = self.word_bytes[slot, rows]
@@ -207,7 +208,7 @@ class InfoColumns:
             np.ascontiguousarray(words[:, a:b]).view(dtype).reshape(n) for a, b, dtype in self._fields
         ], mask
 
-    def read(self, slot: int, envs: Sequence[range], infos: dict[int, dict[str, Any]]) -> None:
+    def read(self, slot: int, envs: Sequence[range | list[int]], infos: dict[int, dict[str, Any]]) -> None:
         """Rebuild the infos of the envs of ``envs`` whose values are in the columns of ``slot``:
         schema keys first, then what came through the pipe for them (``infos``, updated in place)."""
         first = slot * self.n_envs

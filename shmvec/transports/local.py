@@ -142,7 +142,9 @@ class LocalTransport(PipeTransport):
         by_bell = ws if self._all_attached else [w for w in ws if attached[w]]
         # Counted (one wake-up when the last finishes) when these are all the commands in flight.
         counted = not partial and len(by_bell) == len(ws) and not self._flying
-        in_ring = len(by_bell) == len(ws) and all(isinstance(c, Step) and c.actions is None for c in msgs)
+        in_ring = len(by_bell) == len(ws) and all(
+            isinstance(c, Step) and c.actions is None and c.envs is None for c in msgs
+        )
         if by_bell:
             targets = None if counted and len(ws) == self.n_workers else by_bell
             if in_ring:

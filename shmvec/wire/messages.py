@@ -103,11 +103,14 @@ class RecordSteps:
 
 @dataclass(frozen=True, slots=True)
 class Step(Command):
-    """Step every env of the worker once, writing into ring slot ``slot``. ``actions``: one per env,
-    or None to read them from the ring's typed action buffer."""
+    """Step the worker's envs once, writing into ring slot ``slot``. ``actions``: one per env (None
+    for an env not stepped), or None to read them from the ring's typed action buffer. ``envs``: the
+    local indices of the envs to step, ascending (None: all); the others' rows of the slot are left
+    as they were."""
 
     slot: int
     actions: list[Any] | None = None
+    envs: tuple[int, ...] | None = None
     name: ClassVar[str] = "step"
 
 

@@ -202,7 +202,9 @@ class EnvGroup:
         replies = []
         objects: m.Objects | None = {} if self.objects else None
         final_objects: m.Objects | None = None
-        for i, env in enumerate(self.envs):
+        envs = self.envs
+        for i in range(len(envs)) if msg.envs is None else msg.envs:
+            env = envs[i]
             self.current = i
             if rngs is not None:
                 rngs.enter(i)

@@ -133,6 +133,8 @@ class RayWorker:
             if isinstance(reply, m.Stepped) and group.autoreset == "same_step":
                 # Only same-step autoreset writes terminal observations.
                 done = np.flatnonzero(group.ring.terminated[0] | group.ring.truncated[0]).tolist()
+                if msg.envs is not None:  # the other envs' rows are from an earlier step
+                    done = [i for i in done if i in msg.envs]
             data = pack(group.ring, self.leaves, self.codecs, done)
         return reply, data
 

@@ -255,7 +255,7 @@ class RayTransport:
             if actions is None:  # the engine put them in the ring's typed buffer
                 g = self.worker_envs[w]
                 actions = list(self.res.ring.actions[g.start : g.stop])
-            msg = m.Step(0, actions)  # pickled below: the buffer may be reused at once
+            msg = m.Step(0, actions, msg.envs)  # pickled below: the buffer may be reused at once
         elif isinstance(msg, m.Reset):
             slot = msg.slot
             msg = m.Reset(0, msg.seeds, msg.kwargs, msg.mask)
