@@ -71,13 +71,13 @@ class Gather:
         if objects is not None:
             ids = np.concatenate([np.asarray(g) for _, g in rows])
             values = dict(zip(objects.index, objects.rows(ids)))
-        rows = [(s, _index(g)) for s, g in rows]
+        index = [(s, _index(g)) for s, g in rows]
         for j in range(self.n_leaves):
             if j in values:
                 out.append(values[j])
                 continue
             decoded = self.decoded.get(j)
-            parts = [decoded[g] if decoded is not None else self.raw[j][s, g] for s, g in rows]
+            parts = [decoded[g] if decoded is not None else self.raw[j][s, g] for s, g in index]
             if self.readonly_out is None:
                 out.append(_joined(parts))
             else:
@@ -88,7 +88,7 @@ class Gather:
                 out.append(view)
         ring = self.ring
         rewards, terminated, truncated = (
-            _joined([field[s, g] for s, g in rows])
+            _joined([field[s, g] for s, g in index])
             for field in (ring.rewards, ring.terminated, ring.truncated)
         )
         self.n_read += 1

@@ -198,8 +198,10 @@ class InfoColumns:
         key's type), and a bool mask of the rows whose info was typed. Consumes the flags read."""
         # One group (every pool batch of one worker, every synchronous step): a slice, so the
         # reads below are views and no index array is built.
-        whole = len(envs) == 1 and isinstance(envs[0], range)
-        rows: Any = slice(envs[0].start, envs[0].stop) if whole else [i for g in envs for i in g]
+        first = envs[0] if len(envs) == 1 else None
+        rows: Any = (
+            slice(first.start, first.stop) if isinstance(first, range) else [i for g in envs for i in g]
+        )
         mask = self.mask[slot, rows].astype(bool)
         self.mask[slot, rows] = 0
         words = self.word_bytes[slot, rows]

@@ -133,8 +133,9 @@ class RayWorker:
             if isinstance(reply, m.Stepped) and group.autoreset == "same_step":
                 # Only same-step autoreset writes terminal observations.
                 done = np.flatnonzero(group.ring.terminated[0] | group.ring.truncated[0]).tolist()
-                if msg.envs is not None:  # the other envs' rows are from an earlier step
-                    done = [i for i in done if i in msg.envs]
+                named = getattr(msg, "envs", None)  # a Stepped reply answers a Step
+                if named is not None:  # the other envs' rows are from an earlier step
+                    done = [i for i in done if i in named]
             data = pack(group.ring, self.leaves, self.codecs, done)
         return reply, data
 
