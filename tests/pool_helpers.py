@@ -124,11 +124,12 @@ def check_split_steps(autoreset: str, **options) -> None:
     space = refs[0].observation_space
     rng = np.random.default_rng(1)
     with closing(build(fns, "fork", opts, "test", info_form="dicts")) as engine:
-        engine.reset(list(range(n)), [{}] * n)
+        arrays, _ = engine.reset(list(range(n)), [{}] * n)
         for i, env in enumerate(refs):
             env.reset(seed=i)
         ended = [False] * n
         ends = 0
+        last = {i: [a[i].copy() for a in arrays] for i in range(n)}  # each env's leaves as last seen
         for t in range(80):
             ids = rng.permutation(n)[: rng.integers(1, n + 1)]
             actions = rng.uniform(-1, 1, (len(ids), 2)).astype(np.float32)
@@ -145,6 +146,7 @@ def check_split_steps(autoreset: str, **options) -> None:
                     obs, reward, term, trunc, info = refs[i].step(actions[ids.tolist().index(i)])
                 for leaf, got in zip(flatten(space, obs, []), batch.obs):
                     np.testing.assert_array_equal(got[k], leaf, err_msg=f"step {t}, env {i}")
+                last[i] = [np.array(got[k]) for got in batch.obs]
                 assert (batch.rewards[k], batch.terminated[k], batch.truncated[k]) == (reward, term, trunc)
                 if autoreset == "next_step" and not info:
                     info = None
@@ -157,6 +159,8 @@ def check_split_steps(autoreset: str, **options) -> None:
                 arrays, _ = engine.reset([None] * n, [{}] * n, np.isin(np.arange(n), done))
                 for i in done:
                     obs, _ = refs[i].reset()
-                    for leaf, got in zip(flatten(space, obs, []), arrays):
-                        np.testing.assert_array_equal(got[i], leaf, err_msg=f"reset after step {t}")
+                    last[i] = flatten(space, obs, [])
+                for i in range(n):  # the envs not reset: as last seen, whichever slot that was in
+                    for want, got in zip(last[i], arrays):
+                        np.testing.assert_array_equal(got[i], want, err_msg=f"reset after step {t}, env {i}")
         assert ends >= 10

@@ -143,9 +143,10 @@ def test_spaces_may_differ_where_the_ring_does_not_see_it(no_leaks):
     [
         ("disabled", {}),
         ("disabled", {"transport": "portable"}),
+        ("disabled", {"codec": {"image": "delta"}, "verify_every": 1}),
         ("next_step", {"codec": {"image": "delta"}, "verify_every": 1}),
     ],
-    ids=["disabled", "portable", "next-step-delta"],
+    ids=["disabled", "portable", "delta", "next-step-delta"],
 )
 def test_a_split_send_steps_only_the_envs_named(no_leaks, autoreset, options):
     check_split_steps(autoreset, **options)

@@ -85,6 +85,47 @@ def test_learned_info_schema_reaches_every_worker(no_leaks, monkeypatch, batch_s
     assert all(len(mask) == batch_size and mask.all() for mask in masks[-5:]), masks
 
 
+@pytest.mark.parametrize("codec", [None, "delta"])
+def test_a_masked_reset_after_pool_batches_keeps_each_envs_last_observation(no_leaks, codec):
+    """After pool batches the envs' last observations lie in different ring slots (and, encoded, in
+    different decoded arrays): a masked reset must return each env not reset as the caller last saw
+    it, and the reset env as the same env reset in this process."""
+    n, fn = 4, functools.partial(DictImageEnv, 8, 1000)
+    refs = [fn() for _ in range(n)]
+    for i, ref in enumerate(refs):
+        ref.reset(seed=i)
+    last: dict[int, dict] = {}
+    with closing(make([fn] * n, batch_size=2, n_workers=2, codec=codec, verify_every=1)) as env:
+        env.async_reset(seed=0)
+        in_flight, rng = set(range(n)), np.random.default_rng(0)
+        for k in range(7):
+            obs, _, terms, truncs, infos = env.recv()
+            ids = infos["env_id"].tolist()
+            assert not (terms.any() or truncs.any()), "an episode ended: the test needs longer ones"
+            in_flight -= set(ids)
+            for pos, i in enumerate(ids):
+                last[i] = {key: v[pos].copy() for key, v in obs.items()}
+            if k < 5:
+                actions = rng.uniform(-1, 1, (len(ids), 2)).astype(np.float32)
+                for i, a in zip(ids, actions):
+                    refs[i].step(a)
+                env.send(actions, ids)
+                in_flight |= set(ids)
+            if not in_flight:
+                break
+        assert not in_flight
+        counts = [int(last[i]["count"]) for i in range(n)]
+        assert len(set(counts)) > 1, f"the groups stepped alike ({counts}): nothing tells slots apart"
+        mask = np.array([True] + [False] * (n - 1))
+        obs, infos = env.reset(options={"reset_mask": mask})
+    want0, _ = refs[0].reset()
+    assert_obs_equal({key: v[0] for key, v in obs.items()}, want0, "env 0 (reset)", ordered=False)
+    for i in range(1, n):
+        assert_obs_equal(
+            {key: v[i] for key, v in obs.items()}, last[i], f"env {i} (not reset)", ordered=False
+        )
+
+
 @pytest.mark.parametrize("codec", ["lz4", pytest.param("delta", marks=pytest.mark.slow)])
 def test_codec(no_leaks, codec):
     with closing(make([FAULTY] * 4, batch_size=2, n_workers=2, codec=codec, verify_every=1)) as env:

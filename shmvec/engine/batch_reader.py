@@ -125,11 +125,11 @@ class BatchReader:
         return Batch(None, arrays, rewards, terminated, truncated, infos, reset_infos, finals, typed)
 
     def _gathered(self, workers: list[int], arrived: list[Arrived], ended: Ended) -> Batch:
-        slot, prev = self.slots.slot, self.slots.prev
+        slot = self.slots.slot
         groups = self.worker_envs
         rows = [(slot[w], envs_stepped(groups[w], cmd)) for w, (cmd, _) in zip(workers, arrived)]
         for w in ended.carried:
-            self.gather.carry_last(self.worker_envs[w], slot[w], prev[w])
+            self.gather.carry_last(self.worker_envs[w], slot[w])
         carried = set(ended.carried)
         decode = [i for w, (_, g) in zip(workers, rows) if w not in carried for i in g]
         obs, rewards, terminated, truncated = self.gather.read(rows, decode)

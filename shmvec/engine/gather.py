@@ -31,15 +31,14 @@ class Gather:
         self, leaves: list[Leaf], ring: Ring, reader: Reader, batch_size: int, n_slots: int, copy: bool
     ) -> None:
         self.ring, self.reader, self.n_slots, self.n_leaves = ring, reader, n_slots, len(leaves)
-        n_envs = ring.rewards.shape[1]
         self.readonly_out: list[list[np.ndarray]] | None = None
         if not copy:
             self.readonly_out = [
                 [np.zeros((batch_size, *leaf.shape), leaf.dtype) for _ in range(n_slots if leaf.fixed else 0)]
                 for leaf in leaves
             ]
-        # Encoded leaves are decoded into one array per leaf (every env's last observation).
-        self.decoded = {j: np.zeros((n_envs, *leaves[j].shape), leaves[j].dtype) for j in reader.decoded}
+        # Encoded leaves are decoded into the reader's arrays over every env (Reader.gathered).
+        self.decoded = reader.gathered
         self.raw = {j: ring.obs(j) for j in reader.raw}
         self.n_read = 0
 
@@ -47,16 +46,15 @@ class Gather:
         """Let go of the ring's arrays (the engine is closed)."""
         self.raw, self.decoded = {}, {}
 
-    def after_reset(self, arrays: list[np.ndarray]) -> None:
-        """A synchronous ``reset()`` of every env returned ``arrays``: the decoded leaves' last
-        observations are theirs."""
+    def carry_last(self, group: range, slot: int) -> None:
+        """The rows of ``group`` in ``slot`` (raw leaves) and in the decoded arrays become the last
+        observations the caller saw of it."""
+        last = self.reader.previous(slice(group.start, group.stop))
+        rows = slice(group.start, group.stop)
+        for j, obs in self.raw.items():
+            obs[slot, rows] = last[j]
         for j, buf in self.decoded.items():
-            buf[...] = arrays[j]
-
-    def carry_last(self, group: range, slot: int, prev: int) -> None:
-        """The raw rows of ``group`` in ``slot`` become those of ``prev`` (the last the caller saw)."""
-        for obs in self.raw.values():
-            obs[slot, group.start : group.stop] = obs[prev, group.start : group.stop]
+            buf[rows] = last[j]
 
     def read(
         self, rows: list[tuple[int, range | list[int]]], decode: list[int]
@@ -72,6 +70,8 @@ class Gather:
             ids = np.concatenate([np.asarray(g) for _, g in rows])
             values = dict(zip(objects.index, objects.rows(ids)))
         index = [(s, _index(g)) for s, g in rows]
+        for s, g in rows:
+            self.reader.seen(s, g)
         for j in range(self.n_leaves):
             if j in values:
                 out.append(values[j])

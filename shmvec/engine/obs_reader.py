@@ -115,9 +115,15 @@ class Reader:
             for view in self.obs_views.values():
                 view.flags.writeable = False
         self.steps = 0
-        # The batch returned last, for envs whose rows are carried over (masked reset, restart).
+        # Where each env's last returned observation is, for envs whose rows are carried over
+        # (masked reset, restart): raw rows in the ring slot ``last_slot[i]``; encoded leaves in the
+        # arrays of the whole batch returned last, or, for envs a gathered (pool) batch returned
+        # since (``in_gathered``), in ``gathered``, which gathered batches decode into.
+        self.last_slot = np.zeros(n_envs, np.intp)
+        self.in_gathered = np.zeros(n_envs, bool)
+        self.gathered = {j: np.zeros((n_envs, *leaves[j].shape), leaves[j].dtype) for j in self.decoded}
         self._last_decoded: dict[int, np.ndarray] = {}
-        self._last_slot = 0  # the slot of the batch returned last (lent decoded leaves are read back)
+        self._last_slot = 0  # the slot of the whole batch returned last (lent decoded leaves are read back)
         self._previous_copy: dict[int, np.ndarray] | None = None
         threads = max(1, min(threads, n_envs)) if self.decoded else 1
         self.decoders = (
@@ -127,22 +133,33 @@ class Reader:
         self.chunks = [range(lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:]) if hi > lo]
 
     def keep_previous(self) -> None:
-        """Call after ``slots.advance()`` when :meth:`previous` will be needed: if the workers are about
-        to overwrite the slot of the last batch (every other slot still lent), copy it first."""
-        slots = self.slots
+        """Call after ``slots.advance_all()`` when :meth:`previous` will be needed: if the workers are
+        about to overwrite a slot holding some env's last observation (pool batches left envs in
+        several slots, or every other slot is still lent), copy those observations first."""
         self._previous_copy = None
-        if slots.current == slots.previous:
-            self._previous_copy = {j: v[slots.previous].copy() for j, v in self.obs_views.items()}
+        if self.obs_views and (self.last_slot == self.slots.current).any():
+            envs = np.arange(self.n_envs)
+            self._previous_copy = {j: v[self.last_slot, envs] for j, v in self.obs_views.items()}
+
+    def seen(self, slot: int, envs: range | list[int]) -> None:
+        """A gathered batch returned the rows of ``envs`` from ``slot`` (encoded leaves decoded into
+        :attr:`gathered`)."""
+        rows = slice(envs.start, envs.stop) if isinstance(envs, range) else envs
+        self.last_slot[rows] = slot
+        self.in_gathered[rows] = True
 
     def previous(self, rows: Sequence[int] | np.ndarray | slice) -> list[np.ndarray]:
-        """Copies of ``rows`` of the batch returned last, per leaf (after :meth:`keep_previous`).
+        """Copies of ``rows`` of each env's last returned observation, per leaf (after
+        :meth:`keep_previous`).
 
-        Raw leaves come from the previous slot, which the workers do not write in this step
-        (n_slots >= 2); encoded ones from the last decoded batch; object leaves are the values
-        each env returned last (:class:`~shmvec.engine.objects.ObjectLeaves`).
+        Raw leaves come from the slot each env was last read from, which the workers do not write in
+        this step (n_slots >= 2); encoded ones from the last whole batch or :attr:`gathered`; object
+        leaves are the values each env returned last (:class:`~shmvec.engine.objects.ObjectLeaves`).
         """
         out = []
+        envs = np.arange(self.n_envs)[rows]
         objects = {} if self.objects is None else dict(zip(self.objects.index, self.objects.rows(rows)))
+        gathered = self.in_gathered[envs]
         for j in range(self.n_leaves):
             if j in objects:
                 out.append(objects[j])
@@ -152,11 +169,14 @@ class Reader:
                 last = self._last_decoded.get(j)
                 if last is None:  # lent: read back from its slot (not held, or it would stay lent)
                     last = part.lend(self._last_slot)
-                out.append(last[rows].copy())
+                rows_j = last[envs]  # fancy indexing: a copy
+                if gathered.any():
+                    rows_j[gathered] = self.gathered[j][envs[gathered]]
+                out.append(rows_j)
             elif self._previous_copy is not None:
-                out.append(self._previous_copy[j][rows].copy())
+                out.append(self._previous_copy[j][envs])
             else:
-                out.append(self.obs_views[j][self.slots.previous][rows].copy())
+                out.append(self.obs_views[j][self.last_slot[envs], envs])
         return out
 
     def read(
@@ -196,6 +216,7 @@ class Reader:
                     arrays[j] = view[slot].copy()
         finals: dict[int, list[np.ndarray]] = {i: [] for i in done}
         if not self.decoded:
+            self.last_slot[:] = slot
             for i in done:
                 finals[i] = [v[i].copy() for v in self.final_views.values()]
             if self.objects is not None:
@@ -219,6 +240,8 @@ class Reader:
                 outs[j][keep] = carried[j]
         self._last_decoded = {} if lend else {j: arrays[j] for j in self.decoded}
         self._last_slot = slot
+        self.last_slot[:] = slot
+        self.in_gathered[:] = False
         if self.objects is not None:
             self.objects.complete(arrays, finals, slice(None))
         return arrays, finals
@@ -317,4 +340,4 @@ class Reader:
             self.decoders.shutdown(wait=True)
             self.decoders = None
         self.obs_views, self.final_views, self.decoded = {}, {}, {}
-        self._last_decoded, self._previous_copy = {}, None
+        self._last_decoded, self._previous_copy, self.gathered = {}, None, {}

@@ -66,7 +66,6 @@ class Resets:
         only = None if mask is None else np.flatnonzero(mask)
         self.reading.take_objects(range(self.n_workers), replies)
         arrays, _ = self.reader.read(slot, (), is_step=False, only=only)
-        self.reading.gather.after_reset(arrays)
         infos = [i for r in replies for i in (r.infos if isinstance(r, m.ResetDone) else [None])]
         return arrays, infos
 

@@ -32,9 +32,7 @@ class Slots:
     def __init__(self, n_slots: int, copy: bool, n_workers: int = 1) -> None:
         self.n_slots, self.copy = n_slots, copy
         self.current = 0
-        self.previous = 0
         self.slot = [0] * n_workers  # the slot each worker writes (or wrote) its current step into
-        self.prev = [0] * n_workers  # the slot of its step before: what the caller saw last
         self.uniform = True  # every worker is in the same slot
         # Arrays lent to the caller from each slot (copy=True).
         self.lent: list[list[np.ndarray]] = [[] for _ in range(n_slots)]
@@ -72,17 +70,14 @@ class Slots:
 
     def advance_all(self) -> int:
         """Move every worker to the slot they write next: the next one in rotation that nobody still
-        reads.
-
-        ``previous`` keeps the slot of the batch handed out last; it equals the new slot only when
-        every other slot is still lent (then the workers overwrite it).
+        reads: the slot of the batch handed out last only when every other slot is still lent (then
+        the workers overwrite it; see :meth:`~shmvec.engine.obs_reader.Reader.keep_previous`).
         """
         for k in range(1, self.n_slots + 1):
             slot = (self.current + k) % self.n_slots
             if not self.copy or self.free(slot):
                 self.lent[slot] = []
-                self.previous, self.current = self.current, slot
-                self.prev = list(self.slot)
+                self.current = slot
                 self.slot = [slot] * len(self.slot)
                 self.uniform = True
                 return self._settle(slot)
@@ -92,13 +87,12 @@ class Slots:
     def advance(self, w: int) -> int:
         """Move worker ``w`` on its own to the next slot that is not the one the caller saw last of
         its envs, preferring one nobody still reads."""
-        self.prev[w] = self.slot[w]
         after = [(self.slot[w] + k) % self.n_slots for k in range(1, self.n_slots)] or [self.slot[w]]
         self.slot[w] = self._settle(next((s for s in after if self.free(s)), after[0]))
         self.uniform = self.slot.count(self.slot[w]) == len(self.slot)
         if self.uniform:
             # Every worker has moved to one slot: a whole batch again (as after advance_all).
-            self.previous, self.current = self.current, self.slot[w]
+            self.current = self.slot[w]
         return self.slot[w]
 
     def can_lend(self, slot: int) -> bool:
