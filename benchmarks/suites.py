@@ -43,16 +43,18 @@ def run(
     pytest_args: Sequence[str],
     out: Path | None,
     known: Mapping[str, str] | None = None,
+    outcomes: Outcomes | None = None,
 ) -> int:
     """Run ``paths`` (under the checkout ``src``'s test directories) with pytest and the checkout's
     configuration; print the failed and errored test ids and the counts under ``label``; write
     ``{test id: outcome}`` to ``out`` if given. Returns pytest's exit code, or with ``known``
-    (``{test id: text its failure report holds}``) the verdict of :func:`check_known`."""
+    (``{test id: text its failure report holds}``) the verdict of :func:`check_known`.
+    ``outcomes``: the plugin to record into (a new one if None)."""
     root = Path(tempfile.mkdtemp(prefix="suite-tests-"))
     for top in sorted({Path(p).parts[0] for p in paths}):
         (root / top).symlink_to(src / top)
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))
-    outcomes = Outcomes()
+    outcomes = Outcomes() if outcomes is None else outcomes
     here = Path.cwd()
     os.chdir(root)
     try:
@@ -90,6 +92,19 @@ def check_known(outcomes: Outcomes, known: Mapping[str, str]) -> int:
     return int(bool(bad))
 
 
+def caught(outcomes: Outcomes, known: Mapping[str, str]) -> int:
+    """The verdict of a run with a sabotaged adapter: 0 when :func:`check_known` rejects its outcomes
+    (a test failed that is not a known failure, or a known one failed otherwise: the suite caught
+    the sabotage); else 1."""
+    rejected = check_known(outcomes, known)
+    print(
+        "the sabotage was caught"
+        if rejected
+        else "the sabotage was NOT caught: every outcome is as without it"
+    )
+    return int(not rejected)
+
+
 def main(
     argv: list[str] | None,
     doc: str,
@@ -98,8 +113,9 @@ def main(
     substitute: Callable[[], None],
     labels: tuple[str, str],
     known: Mapping[str, str] | None = None,
+    sabotage: Callable[[], None] | None = None,
 ) -> int:
-    """A suite script's command line: ``SRC [--unmodified] [--json FILE] [pytest args]``.
+    """A suite script's command line: ``SRC [--unmodified | --sabotaged] [--json FILE] [pytest args]``.
 
     :param doc: the script's docstring (its help).
     :param source: what SRC is, for the help and the error when ``paths`` are missing there.
@@ -108,18 +124,36 @@ def main(
     :param labels: the summary's label unmodified, and with shmvec.
     :param known: with shmvec, the tests that fail and a text each one's report holds
         (:func:`check_known`); ``None``: pytest's exit code decides.
+    :param sabotage: puts a broken shmvec adapter (rewards changed) in the peer's place, for
+        ``--sabotaged``: the negative control, which exits 0 only when the outcomes are not those
+        ``known`` allows (:func:`caught`). None: no such option.
     """
     parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("src", type=Path, help=source)
-    parser.add_argument("--unmodified", action="store_true", help=f"run with {labels[0]} itself")
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--unmodified", action="store_true", help=f"run with {labels[0]} itself")
+    if sabotage is not None:
+        which.add_argument(
+            "--sabotaged",
+            action="store_true",
+            help="run with an adapter whose rewards are changed: it must fail",
+        )
     parser.add_argument("--json", type=Path, help="write {test id: outcome} here")
     args, pytest_args = parser.parse_known_args(argv)
     src = args.src.resolve()
     missing = [p for p in paths if not (src / p).exists()]
     if missing:
         parser.error(f"{src} lacks {', '.join(missing)}: pass the root of {source}")
-    if not args.unmodified:
+    sabotaged = getattr(args, "sabotaged", False)
+    if sabotaged:
+        assert sabotage is not None
+        sabotage()
+    elif not args.unmodified:
         substitute()
-    label = labels[0] if args.unmodified else labels[1]
+    label = labels[0] if args.unmodified else labels[1] + (", sabotaged" if sabotaged else "")
     out = args.json.resolve() if args.json else None
+    if sabotaged:
+        outcomes = Outcomes()
+        run(src, paths, label, pytest_args, out, outcomes=outcomes)
+        return caught(outcomes, known or {})
     return run(src, paths, label, pytest_args, out, None if args.unmodified else known)

@@ -9,6 +9,7 @@ ids)::
 
     python benchmarks/tianshou_suite.py benchmarks/third_party/tianshou-2.0.1
     python benchmarks/tianshou_suite.py benchmarks/third_party/tianshou-2.0.1 --unmodified  # reference
+    python benchmarks/tianshou_suite.py benchmarks/third_party/tianshou-2.0.1 --sabotaged   # must fail
 
 A checkout of another tag works the same way (``git clone --depth 1 --branch vX.Y.Z
 https://github.com/thu-ml/tianshou``).
@@ -21,7 +22,9 @@ It runs the test modules that step them (:data:`MODULES`) and prints pytest's su
 and errored test ids (``--json FILE`` writes every test's outcome). Extra arguments go to pytest
 (e.g. ``-k async``, ``-x``). With shmvec it exits 0 only when the tests that fail are exactly
 :data:`KNOWN_FAILURES`, each for its known reason (``suites.check_known``); ``--unmodified`` gives
-pytest's exit code.
+pytest's exit code. ``--sabotaged`` runs them with :class:`Sabotaged` (rewards raised by 1) and exits 0
+only when the outcomes are not those :func:`suites.check_known` accepts: the suite catches a broken
+adapter.
 """
 
 from __future__ import annotations
@@ -79,19 +82,28 @@ class OnShm(ShmTianshouVectorEnv):
         super().__init__(env_fns, wait_num, timeout, start_method=context, **kwargs)
 
 
-def substitute() -> None:
-    """``SubprocVectorEnv`` and ``ShmemVectorEnv`` become :class:`OnShm` where Tianshou's tests import
-    them from (``from tianshou.env import SubprocVectorEnv``)."""
+class Sabotaged(OnShm):
+    """:class:`OnShm` with every reward it returns raised by 1: the negative control, which
+    Tianshou's tests must catch (``--sabotaged``)."""
+
+    def step(self, action: Any, id: Any = None) -> tuple:
+        obs, rew, terminated, truncated, info = super().step(action, id)
+        return obs, rew + 1, terminated, truncated, info
+
+
+def substitute(venv: type[OnShm] = OnShm) -> None:
+    """``SubprocVectorEnv`` and ``ShmemVectorEnv`` become ``venv`` where Tianshou's tests import them
+    from (``from tianshou.env import SubprocVectorEnv``)."""
     for name in ("SubprocVectorEnv", "ShmemVectorEnv"):
-        setattr(ts_env, name, OnShm)
-        setattr(venvs, name, OnShm)
+        setattr(ts_env, name, venv)
+        setattr(venvs, name, venv)
 
 
 def main(argv: list[str] | None = None) -> int:
     return suites.main(
         argv, __doc__, "a checkout of Tianshou's source (its git tag)", MODULES, substitute,
         ("SubprocVectorEnv/ShmemVectorEnv", "ShmTianshouVectorEnv as SubprocVectorEnv/ShmemVectorEnv"),
-        KNOWN_FAILURES,
+        KNOWN_FAILURES, sabotage=lambda: substitute(Sabotaged),
     )  # fmt: skip
 
 
