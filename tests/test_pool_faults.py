@@ -9,6 +9,7 @@ import re
 import time
 from contextlib import closing
 
+import numpy as np
 import pytest
 
 from shmvec import EnvError, EnvTimeoutError, ShmVectorEnv, WorkerCrashedError
@@ -101,6 +102,44 @@ def test_fault_in_restart_mode(no_leaks, fault, codec, order):
         assert (results[4][1], results[4][3]) == (0.0, False)  # the reset step of the new episode
         for r in results[:3] + results[4:7]:
             assert RESTARTED_KEY not in r[4]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(("before", "at"), [(1, 3), (3, 4), (5, 6)])
+def test_a_restart_after_pool_batches_and_a_reset_shows_the_last_observation_seen(no_leaks, before, at):
+    """Pool batches leave the groups in different ring slots; a reset() then copies the rows it is
+    about to overwrite. When env 3's worker is killed at a later step, its group's carried rows must
+    be the last observations seen (after the reset), never that copy's."""
+    fns = [FAULTY] * 4
+    fns[3] = functools.partial(FaultyEnv, "kill", at, "step")
+    env = make(fns, batch_size=2, n_workers=2, on_crash="restart", pool_order="deterministic", timeout=2.0)
+    with closing(env):
+        env.async_reset(seed=0)
+        in_flight = set(range(4))
+        for _ in range(before):
+            _, _, _, _, infos = env.recv()
+            ids = infos["env_id"].tolist()
+            env.send(np.zeros(len(ids), np.int64), ids)
+        while in_flight:
+            _, _, _, _, infos = env.recv()
+            in_flight -= set(infos["env_id"].tolist())
+        obs, _ = env.reset(seed=1)
+        last = {i: obs[i].copy() for i in range(4)}
+        env.send(np.zeros(4, np.int64), np.arange(4))
+        restarted = []
+        for _ in range(12):
+            obs, _, _, _, infos = env.recv()
+            ids = infos["env_id"].tolist()
+            flags = infos.get(f"_{RESTARTED_KEY}", np.zeros(len(ids), bool))
+            for pos, i in enumerate(ids):
+                if flags[pos]:
+                    restarted.append(i)
+                    assert_obs_equal(obs[pos], last[i], f"env {i}: the last observation seen")
+                last[i] = obs[pos].copy()
+            if restarted:
+                break
+            env.send(np.zeros(len(ids), np.int64), ids)
+        assert restarted == [2, 3]
 
 
 # ---------------------------------------------------------------- bench backend

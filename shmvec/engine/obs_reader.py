@@ -147,6 +147,7 @@ class Reader:
         rows = slice(envs.start, envs.stop) if isinstance(envs, range) else envs
         self.last_slot[rows] = slot
         self.in_gathered[rows] = True
+        self._previous_copy = None  # of rows no longer the last (keep_previous copies anew)
 
     def previous(self, rows: Sequence[int] | np.ndarray | slice) -> list[np.ndarray]:
         """Copies of ``rows`` of each env's last returned observation, per leaf (after
@@ -217,6 +218,7 @@ class Reader:
         finals: dict[int, list[np.ndarray]] = {i: [] for i in done}
         if not self.decoded:
             self.last_slot[:] = slot
+            self._previous_copy = None
             for i in done:
                 finals[i] = [v[i].copy() for v in self.final_views.values()]
             if self.objects is not None:
@@ -242,6 +244,7 @@ class Reader:
         self._last_slot = slot
         self.last_slot[:] = slot
         self.in_gathered[:] = False
+        self._previous_copy = None
         if self.objects is not None:
             self.objects.complete(arrays, finals, slice(None))
         return arrays, finals
