@@ -76,33 +76,52 @@ def run(
     return int(code) if known is None else check_known(outcomes, known)
 
 
+#: What :func:`mismatches` finds that a broken adapter causes (a test passing, or not running, does
+#: not show that the suite caught anything).
+FAILURES = ("failed, not known", "known failure failed otherwise")
+
+
+def mismatches(outcomes: Outcomes, known: Mapping[str, str]) -> list[tuple[str, str]]:
+    """How the outcomes differ from ``known`` (``{test id: text its failure report holds}``): one
+    ``(kind, line)`` per test that failed without being known, known failure that passed, failed
+    otherwise or did not run."""
+    found = []
+    for test, outcome in sorted(outcomes.by_test.items()):
+        if outcome in ("failed", "error") and test not in known:
+            found.append((FAILURES[0], f"  {outcome} and not a known failure: {test}"))
+        elif test in known and outcome not in ("failed", "error"):
+            found.append(("known failure passed", f"  known failure {outcome} (update the list): {test}"))
+        elif test in known and known[test] not in outcomes.why[test]:
+            found.append(
+                (FAILURES[1], f"  known failure failed otherwise (its report lacks {known[test]!r}): {test}")
+            )
+    found += [
+        ("did not run", f"  known failure did not run: {t}")
+        for t in sorted(set(known) - set(outcomes.by_test))
+    ]
+    return found
+
+
 def check_known(outcomes: Outcomes, known: Mapping[str, str]) -> int:
     """0 when exactly the ``known`` tests failed, each with its expected text in its report; else 1,
     after saying which test failed that should not have, failed otherwise, or passed."""
-    bad = []
-    for test, outcome in sorted(outcomes.by_test.items()):
-        if outcome in ("failed", "error") and test not in known:
-            bad.append(f"  {outcome} and not a known failure: {test}")
-        elif test in known and outcome not in ("failed", "error"):
-            bad.append(f"  known failure {outcome} (update the list): {test}")
-        elif test in known and known[test] not in outcomes.why[test]:
-            bad.append(f"  known failure failed otherwise (its report lacks {known[test]!r}): {test}")
-    bad += [f"  known failure did not run: {t}" for t in sorted(set(known) - set(outcomes.by_test))]
-    print("\n".join(bad) or f"every failure is one of the {len(known)} known ones, for its known reason")
-    return int(bool(bad))
+    found = mismatches(outcomes, known)
+    print(
+        "\n".join(line for _, line in found)
+        or f"every failure is one of the {len(known)} known ones, for its known reason"
+    )
+    return int(bool(found))
 
 
 def caught(outcomes: Outcomes, known: Mapping[str, str]) -> int:
-    """The verdict of a run with a sabotaged adapter: 0 when :func:`check_known` rejects its outcomes
-    (a test failed that is not a known failure, or a known one failed otherwise: the suite caught
-    the sabotage); else 1."""
-    rejected = check_known(outcomes, known)
-    print(
-        "the sabotage was caught"
-        if rejected
-        else "the sabotage was NOT caught: every outcome is as without it"
-    )
-    return int(not rejected)
+    """The verdict of a run with a sabotaged adapter: 0 when the suite caught it (a test failed that
+    is not a known failure, or a known one failed otherwise); else 1, also when tests only passed
+    or did not run (a ``-k`` that left the catching tests out)."""
+    found = mismatches(outcomes, known)
+    print("\n".join(line for _, line in found))
+    failures = [line for kind, line in found if kind in FAILURES]
+    print(f"the sabotage was caught by {len(failures)} tests" if failures else "the sabotage was NOT caught")
+    return int(not failures)
 
 
 def main(
@@ -125,8 +144,8 @@ def main(
     :param known: with shmvec, the tests that fail and a text each one's report holds
         (:func:`check_known`); ``None``: pytest's exit code decides.
     :param sabotage: puts a broken shmvec adapter (rewards changed) in the peer's place, for
-        ``--sabotaged``: the negative control, which exits 0 only when the outcomes are not those
-        ``known`` allows (:func:`caught`). None: no such option.
+        ``--sabotaged``: the negative control, which exits 0 only when a test fails beyond
+        ``known`` or a known one fails otherwise (:func:`caught`). None: no such option.
     """
     parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("src", type=Path, help=source)

@@ -23,8 +23,8 @@ and errored test ids (``--json FILE`` writes every test's outcome). Extra argume
 (e.g. ``-k async``, ``-x``). With shmvec it exits 0 only when the tests that fail are exactly
 :data:`KNOWN_FAILURES`, each for its known reason (``suites.check_known``); ``--unmodified`` gives
 pytest's exit code. ``--sabotaged`` runs them with :class:`Sabotaged` (rewards raised by 1) and exits 0
-only when the outcomes are not those :func:`suites.check_known` accepts: the suite catches a broken
-adapter.
+only when a test fails beyond the known failures, or a known one fails for another reason
+(:func:`suites.caught`): the suite catches a broken adapter.
 """
 
 from __future__ import annotations
