@@ -10,6 +10,7 @@ own package from shadowing the installed one, which is what shmvec runs on.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import shutil
@@ -42,19 +43,18 @@ def run(
     label: str,
     pytest_args: Sequence[str],
     out: Path | None,
-    known: Mapping[str, str] | None = None,
-    outcomes: Outcomes | None = None,
+    verdict: Callable[[Outcomes], int] | None = None,
 ) -> int:
     """Run ``paths`` (under the checkout ``src``'s test directories) with pytest and the checkout's
     configuration; print the failed and errored test ids and the counts under ``label``; write
-    ``{test id: outcome}`` to ``out`` if given. Returns pytest's exit code, or with ``known``
-    (``{test id: text its failure report holds}``) the verdict of :func:`check_known`.
-    ``outcomes``: the plugin to record into (a new one if None)."""
+    ``{test id: outcome}`` to ``out`` if given. Returns pytest's exit code, or with ``verdict``
+    (:func:`check_known` or :func:`caught` bound to the known failures) what it makes of the
+    outcomes."""
     root = Path(tempfile.mkdtemp(prefix="suite-tests-"))
     for top in sorted({Path(p).parts[0] for p in paths}):
         (root / top).symlink_to(src / top)
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))
-    outcomes = Outcomes() if outcomes is None else outcomes
+    outcomes = Outcomes()
     here = Path.cwd()
     os.chdir(root)
     try:
@@ -73,7 +73,7 @@ def run(
     print(f"{label}: {counts}")
     if out:
         out.write_text(json.dumps(outcomes.by_test, indent=1, sort_keys=True))
-    return int(code) if known is None else check_known(outcomes, known)
+    return int(code) if verdict is None else verdict(outcomes)
 
 
 #: What :func:`mismatches` finds that a broken adapter causes (a test passing, or not running, does
@@ -171,8 +171,9 @@ def main(
         substitute()
     label = labels[0] if args.unmodified else labels[1] + (", sabotaged" if sabotaged else "")
     out = args.json.resolve() if args.json else None
+    verdict = None
     if sabotaged:
-        outcomes = Outcomes()
-        run(src, paths, label, pytest_args, out, outcomes=outcomes)
-        return caught(outcomes, known or {})
-    return run(src, paths, label, pytest_args, out, None if args.unmodified else known)
+        verdict = functools.partial(caught, known=known or {})
+    elif known is not None and not args.unmodified:
+        verdict = functools.partial(check_known, known=known)
+    return run(src, paths, label, pytest_args, out, verdict)

@@ -49,8 +49,8 @@ class Gather:
     def carry_last(self, group: range, slot: int) -> None:
         """The rows of ``group`` in ``slot`` (raw leaves) and in the decoded arrays become the last
         observations the caller saw of it."""
-        last = self.reader.previous(slice(group.start, group.stop))
         rows = slice(group.start, group.stop)
+        last = self.reader.previous(rows)
         for j, obs in self.raw.items():
             obs[slot, rows] = last[j]
         for j, buf in self.decoded.items():
