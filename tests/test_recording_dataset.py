@@ -48,14 +48,16 @@ def stacked_paint() -> gym.Env:
     return FrameStack(PaintEnv(), 4)
 
 
-def collect(make, seed: int, actions: list, dataset_id: str, jpeg: bool = False, reset_at: int | None = None):
+def collect(
+    make, seed: int, actions: list, dataset_id: str, jpeg: bool = False, reset_at: tuple[int, ...] = ()
+):
     """Minari's DataCollector over one env: reset with ``seed``, then ``actions``, resetting (without
-    a seed, as a vector env's autoreset) when an episode ends, and before action ``reset_at``; the
-    dataset."""
+    a seed, as a vector env's autoreset) when an episode ends, and before each action of
+    ``reset_at``; the dataset."""
     env = minari.DataCollector(make(), jpeg_encoding=jpeg)
     env.reset(seed=seed)
     for t, action in enumerate(actions):
-        if t == reset_at:
+        if t in reset_at:
             env.reset(options={"minari_autoseed": False})
         _, _, terminated, truncated, _ = env.step(action)
         if terminated or truncated:
@@ -94,7 +96,10 @@ def assert_same_episode(got, want) -> None:
         pytest.param(paint, {}, id="box"),
         pytest.param(paint, {"depth": 5}, id="box-shallow-tape"),  # blocks that wrap around the tape
         # reset() cuts the episodes short: DataCollector writes them truncated, and so must we
-        pytest.param(paint, {"reset_at": 23}, id="box-reset-midway"),
+        pytest.param(paint, {"reset_at": (23,)}, id="box-reset-midway"),
+        # another recording starting (before the reset at 17) or stopping (before 31) rebuilds the
+        # workers' taps: the episodes those resets cut short are still written, not dropped as torn
+        pytest.param(paint, {"reset_at": (17, 31), "other": True}, id="box-reset-after-another-recording"),
         pytest.param(dict_image, {}, id="dict", marks=pytest.mark.slow),
         pytest.param(paint, {"frame_stack": 4}, id="frame-stack", marks=pytest.mark.slow),
     ],
@@ -102,20 +107,29 @@ def assert_same_episode(got, want) -> None:
 def test_dataset_equals_minari_data_collectors(make, options, no_leaks):
     n, steps = 3, 50
     depth = options.pop("depth", 256)
-    reset_at = options.pop("reset_at", None)
+    reset_at = options.pop("reset_at", ())
+    other = options.pop("other", False)
     venv = ShmVecEnv([make] * n, n_workers=2, **options)
     space = venv.action_space
     space.seed(0)
     actions = [np.array([space.sample() for _ in range(n)]) for _ in range(steps)]
+    others = []
     with record_dataset(venv, "test/shmvec-v0", author="shmvec", depth=depth) as recording:
         venv.seed(20)
         venv.reset()
         for t, batch in enumerate(actions):
-            if t == reset_at:
+            if t in reset_at:
+                if other and not others:
+                    others.append(record_dataset(venv, "test/other-v0"))
+                elif others:
+                    others[0].finish()
                 venv.reset()
             venv.step(batch)
     venv.close()
     assert recording.path is not None and recording.stats["dropped"] == 0
+    if others:
+        # its first episodes began before it started: it holds those the second reset cut short
+        assert others[0].stats["dropped"] == 0 and others[0].stats["episodes"] >= n
     ours = minari.load_dataset("test/shmvec-v0")
     assert ours.storage.metadata["shmvec_fidelity"]["exact"]
     assert ours.storage.metadata["author"] == {"shmvec"}

@@ -123,7 +123,7 @@ class Episodes:
                     self._cut_short(steps[k], env, episode)
                 else:
                     # torn: restart mode reset it after its worker died (records of steps nobody
-                    # received may end it), or a reset() reached taps made anew since its start
+                    # received may end it)
                     self.dropped += 1
             seed = seeds[k] if kind == RESET_SEEDED else None
             episode, first = _new_episode(self.n_obs, seed), k

@@ -163,9 +163,7 @@ class EnvGroup:
             self.ended = [True] * len(self.envs)
             self.next_seeds = list(msg.reset_seeds)
         if msg.record is not None:
-            if self.taps is not None:
-                self.taps.close()
-            self.taps = Taps(msg.record, self) if msg.record else None
+            self.taps = Taps.replace(self.taps, msg.record, self)
         return m.Returned()
 
     def write(self, dst: list[np.ndarray], i: int, obs: Any, terminal: bool = False) -> list[Any]:

@@ -268,13 +268,31 @@ class Taps:
 
     :param orders: the orders.
     :param group: the worker's env group.
+    :param kept: step taps of the worker's previous orders to go on with, by tape segment name.
     """
 
-    def __init__(self, orders: tuple[Any, ...], group: Any) -> None:
+    def __init__(self, orders: tuple[Any, ...], group: Any, kept: dict[str, StepTap] | None = None) -> None:
+        kept = kept or {}
         self.frames = [FrameTap(o, group) for o in orders if isinstance(o, m.RecordFrames)]
         self.steps = [
-            StepTap(o, group.first_env, len(group.envs)) for o in orders if isinstance(o, m.RecordSteps)
+            kept.get(o.tape.shm_name) or StepTap(o, group.first_env, len(group.envs))
+            for o in orders
+            if isinstance(o, m.RecordSteps)
         ]
+
+    @classmethod
+    def replace(cls, taps: Taps | None, orders: tuple[Any, ...], group: Any) -> Taps | None:
+        """The taps of ``orders`` in place of ``taps`` (None: no orders). A dataset's step tap that
+        the new orders still hold goes on as it was: what it knows of each env (that it wrote
+        records of it, so a ``reset()`` cuts an episode short rather than tearing it) outlives
+        another recording starting or stopping. The other taps are closed."""
+        old = {} if taps is None else {t.tape.spec.shm_name: t for t in taps.steps}
+        wanted = {o.tape.shm_name for o in orders if isinstance(o, m.RecordSteps)}
+        kept = {name: tap for name, tap in old.items() if name in wanted}
+        if taps is not None:
+            taps.steps = [t for t in taps.steps if t.tape.spec.shm_name not in kept]
+            taps.close()
+        return cls(orders, group, kept) if orders else None
 
     def ended(self, i: int) -> None:
         """Before env ``i``'s reset within the step that ended its episode."""
