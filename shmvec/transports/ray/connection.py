@@ -77,7 +77,8 @@ def user_cluster() -> str | None:
     from ray._private import services
 
     try:
-        return services.canonicalize_bootstrap_address(None)  # type: ignore[arg-type]  # None: "find one"
+        # None: "find one". Without Ray installed mypy sees Any here, hence unused-ignore.
+        return services.canonicalize_bootstrap_address(None)  # type: ignore[arg-type,unused-ignore]
     except Exception:  # a bad RAY_ADDRESS: ray.init reports it
         return "RAY_ADDRESS"
 
