@@ -21,7 +21,7 @@ Imported by workers: numpy, cloudpickle and shmvec's memory and wire only.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 import cloudpickle
@@ -286,12 +286,11 @@ class Taps:
         the new orders still hold goes on as it was: what it knows of each env (that it wrote
         records of it, so a ``reset()`` cuts an episode short rather than tearing it) outlives
         another recording starting or stopping. The other taps are closed."""
-        old = {} if taps is None else {t.tape.spec.shm_name: t for t in taps.steps}
         wanted = {o.tape.shm_name for o in orders if isinstance(o, m.RecordSteps)}
-        kept = {name: tap for name, tap in old.items() if name in wanted}
+        kept = {}
         if taps is not None:
-            taps.steps = [t for t in taps.steps if t.tape.spec.shm_name not in kept]
-            taps.close()
+            kept = {t.tape.spec.shm_name: t for t in taps.steps if t.tape.spec.shm_name in wanted}
+            taps.close(keep=kept.values())
         return cls(orders, group, kept) if orders else None
 
     def ended(self, i: int) -> None:
@@ -325,8 +324,10 @@ class Taps:
         for step_tap in self.steps:
             step_tap.reset(i, obs, seed, explicit)
 
-    def close(self) -> None:
+    def close(self, keep: Collection[StepTap] = ()) -> None:
+        """Close every tap but the step taps of ``keep``."""
         for tap in self.frames:
             tap.close()
         for step_tap in self.steps:
-            step_tap.close()
+            if step_tap not in keep:
+                step_tap.close()
