@@ -113,23 +113,24 @@ def test_dataset_equals_minari_data_collectors(make, options, no_leaks):
     space = venv.action_space
     space.seed(0)
     actions = [np.array([space.sample() for _ in range(n)]) for _ in range(steps)]
-    others = []
+    second = None  # the other recording, started at the first reset of reset_at, finished at the next
     with record_dataset(venv, "test/shmvec-v0", author="shmvec", depth=depth) as recording:
         venv.seed(20)
         venv.reset()
         for t, batch in enumerate(actions):
+            if t in reset_at and other:
+                if second is None:
+                    second = record_dataset(venv, "test/other-v0")
+                else:
+                    second.finish()
             if t in reset_at:
-                if other and not others:
-                    others.append(record_dataset(venv, "test/other-v0"))
-                elif others:
-                    others[0].finish()
                 venv.reset()
             venv.step(batch)
     venv.close()
     assert recording.path is not None and recording.stats["dropped"] == 0
-    if others:
-        # its first episodes began before it started: it holds those the second reset cut short
-        assert others[0].stats["dropped"] == 0 and others[0].stats["episodes"] >= n
+    if second is not None:
+        # its episodes begin at the reset it started before; finish() writes the open ones truncated
+        assert second.stats["dropped"] == 0 and second.stats["episodes"] >= n
     ours = minari.load_dataset("test/shmvec-v0")
     assert ours.storage.metadata["shmvec_fidelity"]["exact"]
     assert ours.storage.metadata["author"] == {"shmvec"}
